@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine (Python 3.11+, git, a C++ toolchain, cmake):
+#   make reproduce   the pipeline on config/config.yaml (engine build, models, sessions, replay, figures)
+#   make test        the test suite (builds the engine CPU-only once, cached in build/)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: reproduce test engine-cpu lint clean-results
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+reproduce: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores all
+
+engine-cpu: $(STAMP)
+	$(BIN)/ostinato engine build --backend cpu --jobs $(JOBS)
+
+test: engine-cpu
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint
+
+clean-results:
+	rm -rf results figures tables

@@ -1,0 +1,198 @@
+"""Staged build of the engine variants in one tree: upstream, then stock, then ostinato, sharing objects.
+
+Each stage checks out the previous stage's commit, applies its patches, rebuilds incrementally (only the
+files a stage changes recompile) and copies the binaries to <out>/<variant>/bin with a manifest.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ostinato.build.backend import Backend
+from ostinato.build.gitutil import git
+from ostinato.build.patches import STAGES, apply_stage, fingerprint, stage_inputs, stage_patches
+from ostinato.build.pin import EnginePin, load_pin
+from ostinato.build.source import UPSTREAM_TAG, fetch_sdist, has_tree, unpack_tarball, unpack_tree
+
+DEFAULT_TARGETS = ("llama-server", "llama-bench")
+
+
+@dataclass
+class BuildRequest:
+    """What to build: which variants, for which backend, into which directory."""
+
+    repo: Path                      # the project root (holds engine/)
+    out: Path                       # e.g. build/engine/cpu
+    backend: Backend
+    variants: tuple[str, ...] = STAGES
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+    jobs: int = os.cpu_count() or 2
+    sdist: Path | None = None       # a local copy of the pinned sdist (else pip downloads it)
+    source_tarball: Path | None = None  # a tree packed by `ostinato engine pack-source` (instead of the sdist)
+    cache: Path | None = None       # where the sdist is kept (default: <repo>/build/cache)
+    log: Path | None = None         # build output goes here (default: <out>/build.log)
+
+
+@dataclass
+class VariantManifest:
+    """What a variant's binaries were built from; written next to them as manifest.json."""
+
+    variant: str
+    backend: str
+    backend_reason: str
+    fingerprint: str
+    build_number: int
+    upstream_commit: str
+    tree_commit: str
+    patches: list[str]
+    cmake_args: list[str]
+    targets: list[str]
+    build_seconds: float
+    built_at: str
+
+
+def _cmake_args(pin: EnginePin, backend: Backend) -> list[str]:
+    args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+            f"-DLLAMA_BUILD_NUMBER={pin.build_number}", f"-DLLAMA_BUILD_COMMIT={pin.short_commit}"]
+    if shutil.which("ccache"):
+        args += ["-DGGML_CCACHE=ON"]
+    else:
+        args += ["-DGGML_CCACHE=OFF"]
+    return args + list(backend.cmake_args)
+
+
+def _run(cmd: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    with open(log, "a") as f:
+        f.write(f"\n$ {' '.join(cmd)}\n")
+        f.flush()
+        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{cmd[0]} {cmd[1] if len(cmd) > 1 else ''} failed (full log: {log}):\n{tail}")
+
+
+def _manifest_path(out: Path, variant: str) -> Path:
+    return out / variant / "manifest.json"
+
+
+def read_manifest(out: Path, variant: str) -> VariantManifest | None:
+    """The manifest of a built variant, or None if it was never built."""
+    p = _manifest_path(out, variant)
+    if not p.exists():
+        return None
+    return VariantManifest(**json.loads(p.read_text()))
+
+
+def variant_fingerprint(req: BuildRequest, variant: str) -> str:
+    """Changes whenever the variant's tree or build options change."""
+    engine = req.repo / "engine"
+    pin = load_pin(engine / "pin.json")
+    extra = "\n".join([req.backend.name, *_cmake_args(pin, req.backend), *req.targets])
+    return fingerprint(stage_inputs(engine, variant), extra)
+
+
+def is_current(req: BuildRequest, variant: str) -> bool:
+    """The variant's binaries exist and were built from the current inputs."""
+    m = read_manifest(req.out, variant)
+    return (m is not None and m.fingerprint == variant_fingerprint(req, variant)
+            and all((req.out / variant / "bin" / t).exists() for t in req.targets))
+
+
+def _install(bin_dir: Path, dest: Path, targets: tuple[str, ...]) -> None:
+    tmp = dest.with_name(dest.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for t in targets:
+        shutil.copy2(bin_dir / t, tmp / t)
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+
+
+def build(req: BuildRequest, progress=print) -> dict[str, VariantManifest]:
+    """Build the requested variants (and the stages before them) that are not current; return the manifests.
+
+    Holds an exclusive lock on <out>/.lock, so a second build of the same tree (a test session beside a
+    pipeline run) waits instead of changing the tree under the first.
+    """
+    req.out.mkdir(parents=True, exist_ok=True)
+    with open(req.out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(req, progress)
+
+
+def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
+    engine = req.repo / "engine"
+    pin = load_pin(engine / "pin.json")
+    req.out.mkdir(parents=True, exist_ok=True)
+    log = req.log or (req.out / "build.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    last = max(STAGES.index(v) for v in req.variants)
+    wanted = STAGES[: last + 1]
+
+    result: dict[str, VariantManifest] = {}
+    if all(is_current(req, v) for v in wanted):
+        return {v: read_manifest(req.out, v) for v in wanted}  # type: ignore[misc]
+
+    tree = req.out / "tree"
+    if not has_tree(tree):
+        if req.source_tarball is not None:
+            unpack_tarball(req.source_tarball, pin, tree)
+        else:
+            unpack_tree(fetch_sdist(pin, req.cache or (req.repo / "build" / "cache"), req.sdist), pin, tree)
+    bdir = req.out / "cmake"
+    args = _cmake_args(pin, req.backend)
+    env = {**os.environ, **req.backend.env}
+
+    base = UPSTREAM_TAG
+    for stage in wanted:
+        tag = f"stage/{stage}"
+        if is_current(req, stage) and git(tree, "tag", "-l", tag).strip() == tag:
+            progress(f"[engine] {stage}: up to date")
+            result[stage] = read_manifest(req.out, stage)  # type: ignore[assignment]
+            base = tag
+            continue
+        t0 = time.monotonic()
+        progress(f"[engine] {stage}: applying {len(stage_patches(engine, stage))} patch(es) on {base}")
+        git(tree, "am", "--abort", check=False)
+        at_base = git(tree, "rev-parse", "HEAD").strip() == git(tree, "rev-parse", f"{base}^{{commit}}").strip()
+        if not (at_base and not git(tree, "status", "--porcelain").strip()):
+            # only files that differ are rewritten, so only they (and their dependents) recompile
+            git(tree, "checkout", "-q", "-f", "--detach", base)
+            git(tree, "clean", "-q", "-fd")
+        apply_stage(tree, engine, stage)
+        git(tree, "tag", "-f", tag)
+        if not (bdir / "CMakeCache.txt").exists() or _cached_args(bdir) != args:
+            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+            _run(["cmake", "-S", str(tree), "-B", str(bdir), *gen, *args], log, env=env)
+            (bdir / "ostinato-cmake-args.json").write_text(json.dumps(args))
+        progress(f"[engine] {stage}: building {', '.join(req.targets)} ({req.backend.name}, {req.jobs} jobs)")
+        _run(["cmake", "--build", str(bdir), "-j", str(req.jobs), "--target", *req.targets], log, env=env)
+        _install(bdir / "bin", req.out / stage / "bin", req.targets)
+        m = VariantManifest(
+            variant=stage, backend=req.backend.name, backend_reason=req.backend.reason,
+            fingerprint=variant_fingerprint(req, stage), build_number=pin.build_number,
+            upstream_commit=pin.commit, tree_commit=git(tree, "rev-parse", "HEAD").strip(),
+            patches=[str(p.relative_to(req.repo)) for s in STAGES[1 : STAGES.index(stage) + 1]
+                     for p in stage_patches(engine, s)],
+            cmake_args=args, targets=list(req.targets), build_seconds=round(time.monotonic() - t0, 1),
+            built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        _manifest_path(req.out, stage).write_text(json.dumps(asdict(m), indent=2) + "\n")
+        progress(f"[engine] {stage}: done in {m.build_seconds:.0f} s")
+        result[stage] = m
+        base = tag
+    return result
+
+
+def _cached_args(bdir: Path) -> list[str] | None:
+    p = bdir / "ostinato-cmake-args.json"
+    return json.loads(p.read_text()) if p.exists() else None

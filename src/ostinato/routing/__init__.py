@@ -1,0 +1,1 @@
+"""Routing traces: per token position and MoE layer, the k experts selected (format shared with the engine)."""

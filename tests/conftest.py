@@ -1,0 +1,65 @@
+"""Session fixtures: the engine built CPU-only once (cached in build/engine/cpu) and tiny synthetic models."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from ostinato.build.backend import resolve_backend
+from ostinato.build.patches import STAGES
+from ostinato.build.stages import BuildRequest, build
+
+REPO = Path(__file__).resolve().parents[1]
+# CPU by default; OSTINATO_ENGINE_BACKEND=cuda runs the same tests on the GPU build (device runs)
+BACKEND = os.environ.get("OSTINATO_ENGINE_BACKEND", "cpu")
+ENGINE_OUT = REPO / "build" / "engine" / BACKEND
+MODEL_CACHE = REPO / "build" / "test-models"
+
+
+@pytest.fixture(scope="session")
+def engine_variants() -> dict[str, Path]:
+    """Bin directories of the variants (upstream, stock, ostinato); built on first use, then cached."""
+    sdist = os.environ.get("OSTINATO_ENGINE_SDIST")
+    req = BuildRequest(repo=REPO, out=ENGINE_OUT, backend=resolve_backend(BACKEND), variants=STAGES,
+                       jobs=os.cpu_count() or 2, sdist=Path(sdist) if sdist else None)
+    build(req)
+    return {v: ENGINE_OUT / v / "bin" for v in STAGES}
+
+
+@pytest.fixture(scope="session")
+def engine_bin_dir(engine_variants: dict[str, Path]) -> Path:
+    """The stock variant (upstream + replay support), the engine most tests talk to."""
+    return engine_variants["stock"]
+
+
+@pytest.fixture(scope="session")
+def llama_tree(engine_variants: dict[str, Path]) -> Path:
+    """The pinned llama.cpp tree (its gguf-py writes the synthetic models)."""
+    return ENGINE_OUT / "tree"
+
+
+def _synth(tree: Path, spec: str, vocab: str, expert_type: str, dense_type: str) -> Path:
+    from ostinato.models.layout import Types
+    from ostinato.models.spec import get_spec
+    from ostinato.models.synth import synthesize
+
+    code = hashlib.sha256(b"".join(p.read_bytes() for p in sorted((REPO / "src/ostinato/models").glob("*.py"))))
+    out = MODEL_CACHE / f"{spec}-{vocab}-{expert_type}-{dense_type}-{code.hexdigest()[:10]}.gguf"
+    if not out.exists():
+        synthesize(get_spec(spec), out, tree, vocab=vocab, types=Types(expert_type, dense_type), seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(llama_tree: Path) -> Path:
+    """A tiny qwen3moe GGUF with a byte vocabulary and F32 weights (exact comparisons)."""
+    return _synth(llama_tree, "tiny-qwen3moe", "byte", "f32", "f32")
+
+
+@pytest.fixture(scope="session")
+def tiny_v4_model(llama_tree: Path) -> Path:
+    """A tiny deepseek4 GGUF with a byte vocabulary and F32 weights."""
+    return _synth(llama_tree, "tiny-v4", "byte", "f32", "f32")
