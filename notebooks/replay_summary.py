@@ -1,0 +1,119 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Replay summary: engine variants per session
+#
+# Reads the per-session CSV of `ostinato replay summarize` (one row per engine and session),
+# writes a per-session table (`tables/replay_summary.{csv,md}`) and a figure
+# (`figures/replay_summary.{pdf,png}`) comparing the engine variants (`stock`, `ostinato`, …).
+# Every series is measured on one machine and labelled `measured (<machine>)`.
+
+# %% tags=["parameters"]
+summary_csv = "results/replay/summary.csv"  # one path, or a list of paths (concatenated)
+figures_dir = "figures"
+tables_dir = "tables"
+machine = ""  # label of the machine; empty: taken from the CSV's `machine` column
+engines = ["stock", "ostinato"]  # order in table and plot; engines absent from the CSV are left out
+output_stem = "replay_summary"
+
+# %%
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from ostinato.figures import apply_style, engine_label, engine_palette, save_figure, save_table
+
+apply_style()
+
+paths = [summary_csv] if isinstance(summary_csv, str) else list(summary_csv)
+missing = [p for p in paths if not Path(p).is_file()]
+if missing:
+    raise FileNotFoundError(f"summary_csv: {missing} not found (expected `ostinato replay summarize --out` CSVs)")
+df = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+required = {"engine", "session", "total_request_s", "ttft_median_s", "tpot_median_s"}
+if not required <= set(df.columns):
+    raise ValueError(f"summary_csv lacks columns {sorted(required - set(df.columns))}")
+if not machine:
+    labels = sorted(df["machine"].dropna().astype(str).unique()) if "machine" in df else []
+    machine = ", ".join(labels) or "this machine"
+order = [e for e in engines if e in set(df["engine"])] + sorted(set(df["engine"]) - set(engines))
+df = df[df["engine"].isin(order)].copy()
+df["engine"] = pd.Categorical(df["engine"], categories=order, ordered=True)
+sessions = sorted(df["session"].unique())
+short = {s: f"s{i}" for i, s in enumerate(sessions)}  # x-axis labels of the figure
+print(f"{len(df)} rows, engines {order}, machine {machine!r}")
+
+# %% [markdown]
+# ## Per-session table
+# One row per session (`label` as on the figure's axis); per engine the total request time (sum of client latencies), median TTFT
+# and TPOT (over its successful requests); `speedup` = stock / ostinato total request time where
+# both engines completed the session; `failed_engines` names those that did not.
+
+# %%
+metrics = {"total_request_s": "total_s", "ttft_median_s": "ttft_med_s", "tpot_median_s": "tpot_med_s"}
+wide = df.pivot_table(index="session", columns="engine", values=list(metrics), aggfunc="first", observed=True)
+table = pd.DataFrame(index=wide.index)
+for engine in order:
+    for col, abbrev in metrics.items():
+        if (col, engine) in wide.columns:
+            table[f"{engine}_{abbrev}"] = wide[(col, engine)]
+counts = df.groupby("session", observed=True)["n_requests"].max() if "n_requests" in df else None
+if counts is not None:
+    table.insert(0, "n_requests", counts)
+failed_engines = pd.Series("", index=table.index)
+if "session_ok" in df:
+    failed = df.loc[~df["session_ok"].astype(bool), ["session", "engine"]]
+    failed_engines = failed.groupby("session", observed=True)["engine"].apply(
+        lambda s: ",".join(map(str, s))).reindex(table.index).fillna("")
+if {"stock", "ostinato"} <= set(order):  # only where both engines completed the session
+    table["speedup"] = (table["stock_total_s"] / table["ostinato_total_s"]).where(failed_engines == "")
+table["failed_engines"] = failed_engines
+table = table.reset_index()
+table.insert(1, "label", table["session"].map(short))
+saved = save_table(table, Path(tables_dir) / output_stem)
+print("wrote", *saved)
+table
+
+# %% [markdown]
+# ## Figure
+# Per session and engine: total request time, median TTFT and median TPOT.
+
+# %%
+df["series"] = [engine_label(str(e), "measured", machine) for e in df["engine"]]
+hue_order = [engine_label(e, "measured", machine) for e in order]
+palette = {engine_label(e, "measured", machine): c for e, c in engine_palette(order).items()}
+df["session_short"] = df["session"].map(short)
+print("series:", *hue_order, sep="\n  ")
+print("sessions:", *(f"{v} = {k}" for k, v in short.items()), sep="\n  ")
+
+panels = [("total_request_s", "total request time (s)"), ("ttft_median_s", "median TTFT (s)"),
+          ("tpot_median_s", "median TPOT (s)")]
+fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.4), squeeze=False)
+for ax, (col, title) in zip(axes[0], panels):
+    sns.barplot(data=df, x="session_short", y=col, hue="series", hue_order=hue_order, palette=palette,
+                order=[short[s] for s in sessions], ax=ax)
+    ax.set_xlabel("session")
+    ax.set_ylabel(title)
+    if ax is not axes[0][-1] and ax.get_legend() is not None:
+        ax.get_legend().remove()
+if axes[0][-1].get_legend() is not None:
+    sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.0, 1.0), title=None)
+fig.suptitle(f"Replay per session, {machine}")
+fig.tight_layout()
+figs = save_figure(fig, Path(figures_dir) / output_stem)
+print("wrote", *figs)

@@ -1,0 +1,14 @@
+"""Shared plotting style, series labels and table rendering for the notebooks."""
+
+from ostinato.figures.style import (
+    apply_style,
+    engine_label,
+    engine_palette,
+    save_figure,
+    series_label,
+    styled,
+)
+from ostinato.figures.tables import save_table, to_markdown
+
+__all__ = ["apply_style", "engine_label", "engine_palette", "save_figure", "series_label", "styled",
+           "save_table", "to_markdown"]

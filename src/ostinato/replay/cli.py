@@ -1,0 +1,113 @@
+"""`ostinato replay run|summarize`: replay sessions against llama-server, summarize the results."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from ostinato.machine import describe_machine
+from ostinato.replay.results import load_requests, summarize_sessions
+from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
+from ostinato.replay.server import LlamaServer, ServerConfig
+from ostinato.replay.store import ResultStore, write_json_atomic
+from ostinato.sessions.model import read_sessions_jsonl
+
+
+def _env_pair(value: str) -> tuple[str, str]:
+    """argparse type: KEY=VALUE."""
+    key, sep, val = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
+    return key, val
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `replay` group with `run` and `summarize`."""
+    group = subparsers.add_parser("replay", help="replay sessions against llama-server and summarize")
+    sub = group.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="replay sessions one at a time (resumes at the first missing session)")
+    r.add_argument("--engine-name", required=True, help="name of the engine configuration (result subdirectory)")
+    r.add_argument("--server-bin", required=True, type=Path, help="path to the llama-server binary")
+    r.add_argument("--model", required=True, type=Path, help="GGUF model file")
+    r.add_argument("--sessions", required=True, type=Path, help="sessions JSONL from `ostinato sessions build`")
+    r.add_argument("--out", required=True, type=Path, help="output directory (results go to OUT/ENGINE/)")
+    r.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                   help="one extra server argument, repeatable; write --server-arg=-c --server-arg=4096")
+    r.add_argument("--server-args", default="", metavar="'ARGS'", help="extra server arguments as one shell-quoted string")
+    r.add_argument("--env", action="append", default=[], type=_env_pair, metavar="KEY=VALUE", help="server environment")
+    r.add_argument("--machine-label", default=None, help="short machine name for plots (default from the hardware)")
+    r.add_argument("--select", type=int, default=0, help="replay only the first N sessions of the file (0 = all)")
+    r.add_argument("--retry-failed", action="store_true", help="replay sessions recorded as failed again")
+    r.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request (default 600)")
+    r.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for the server to be healthy")
+    r.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
+    r.add_argument("--strict", action="store_true", help="exit 1 when a session failed (default: 0, failures recorded)")
+    r.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=run_cmd)
+
+    s = sub.add_parser("summarize", help="per-session totals of one or more replay output directories")
+    s.add_argument("--in", dest="inputs", nargs="+", required=True, type=Path, help="replay --out (or OUT/ENGINE) dirs")
+    s.add_argument("--out", required=True, type=Path, help="per-session CSV")
+    s.add_argument("--requests-out", type=Path, default=None, help="also write the per-request CSV here")
+    s.set_defaults(func=summarize_cmd)
+
+
+def run_cmd(args: argparse.Namespace) -> int:
+    """Handler of `replay run`; failed sessions are recorded, and make it return 1 only with --strict."""
+    sessions = read_sessions_jsonl(args.sessions)
+    if args.select < 0:
+        raise ValueError(f"--select must be >= 0, got {args.select}")
+    if args.select:
+        sessions = sessions[: args.select]
+    if not sessions:
+        raise ValueError(f"--sessions {args.sessions} holds no sessions")
+    machine = describe_machine(args.machine_label)
+    store = ResultStore.for_engine(args.out, args.engine_name)
+    write_json_atomic(store.root / "machine.json", machine.to_json())
+    config = ServerConfig(
+        binary=args.server_bin,
+        model=args.model,
+        args=list(args.server_arg) + shlex.split(args.server_args),
+        env=dict(args.env),
+        port=args.port,
+        log_path=store.root / "server.log",
+        startup_timeout_s=args.startup_timeout,
+    )
+    cfg = ReplayConfig(
+        engine=args.engine_name, out_dir=args.out, machine=machine.label, retry_failed=args.retry_failed,
+        request_timeout_s=args.request_timeout, warmup=not args.no_warmup, progress=not args.no_progress,
+    )
+    run_info = {
+        **sessions_digest(args.sessions),
+        "server_command": config.command(0, Path("<slot-save-path>")),
+        "model": str(args.model),
+        "machine_info": machine.to_json(),
+    }
+    server = LlamaServer(config)
+    try:
+        summary = run_replay(sessions, server, cfg, run_info)
+    finally:
+        server.close()
+    print(
+        f"[{args.engine_name}] replayed {len(summary.done)} ok, {len(summary.failed)} failed, "
+        f"{len(summary.skipped)} already present, {summary.restarts} server restarts → {store.root}",
+        file=sys.stderr,
+    )
+    return 1 if summary.failed and args.strict else 0
+
+
+def summarize_cmd(args: argparse.Namespace) -> int:
+    """Handler of `replay summarize`; writes the per-session (and optional per-request) CSV."""
+    requests = load_requests(args.inputs)
+    sessions = summarize_sessions(requests)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    sessions.to_csv(args.out, index=False)
+    if args.requests_out is not None:
+        args.requests_out.parent.mkdir(parents=True, exist_ok=True)
+        requests.to_csv(args.requests_out, index=False)
+    print(f"wrote {len(sessions)} sessions to {args.out}", file=sys.stderr)
+    return 0

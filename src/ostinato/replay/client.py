@@ -1,0 +1,151 @@
+"""Streaming client of llama-server's native `/completion` endpoint (after vLLM's request functions)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import httpx
+
+
+@dataclass(frozen=True)
+class RequestInput:
+    """One completion request: the whole prompt as token ids and the output tokens to force."""
+
+    prompt_token_ids: tuple[int, ...]
+    n_predict: int
+    forced_token_ids: tuple[int, ...] = ()
+    temperature: float = 0.0
+    id_slot: int = 0
+    cache_prompt: bool = True
+    extra: dict = field(default_factory=dict)
+
+    def payload(self) -> dict:
+        """Return the JSON body sent to `/completion` (upstream ignores the `forced_tokens` field)."""
+        body = {
+            "prompt": list(self.prompt_token_ids),
+            "n_predict": self.n_predict,
+            "stream": True,
+            "cache_prompt": self.cache_prompt,
+            "return_tokens": True,
+            "temperature": self.temperature,
+            "ignore_eos": True,
+            "id_slot": self.id_slot,
+        }
+        if self.forced_token_ids:
+            body["forced_tokens"] = list(self.forced_token_ids)
+        body.update(self.extra)
+        return body
+
+
+@dataclass
+class RequestOutput:
+    """Client-side timing and tokens of one streamed completion, with the server's own timings."""
+
+    success: bool = False
+    error: str = ""
+    t_send: float = 0.0  # time.perf_counter() when the request was sent
+    t_first_token: float | None = None
+    t_last_token: float | None = None
+    t_done: float | None = None  # end of the stream
+    wall_send: float = 0.0  # time.time() at send, to place the request in wall-clock time
+    ttft: float | None = None
+    latency: float | None = None  # send → end of stream
+    itl: list[float] = field(default_factory=list)  # gaps between chunks carrying tokens
+    token_ids: list[int] = field(default_factory=list)  # token ids streamed back
+    n_chunks: int = 0  # chunks carrying at least one token
+    n_output: int = 0  # server's tokens_predicted when known, else streamed token count
+    timings: dict = field(default_factory=dict)  # the final chunk's `timings`
+    final: dict = field(default_factory=dict)  # other fields of the final chunk (stop_type, tokens_cached…)
+    connection_error: bool = False  # the server could not be reached or dropped the connection
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first: (latency − ttft) / (n − 1)."""
+        if self.latency is None or self.ttft is None or self.n_output < 2:
+            return None
+        return (self.latency - self.ttft) / (self.n_output - 1)
+
+
+_FINAL_KEYS = ("stop_type", "tokens_predicted", "tokens_evaluated", "tokens_cached", "truncated", "id_slot")
+
+
+def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """Yield the payload of each SSE `data:` line (comments, pings and other fields skipped)."""
+    for line in lines:
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_counter) -> RequestOutput:
+    """Fill `out` from the SSE lines of a `/completion` stream, timestamping chunks as they arrive."""
+    last = None
+    for data in iter_sse_data(lines):
+        now = clock()
+        if data == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError as exc:
+            out.error = f"bad SSE data {data[:80]!r}: {exc}"
+            return out
+        if "error" in chunk:
+            err = chunk["error"]
+            out.error = f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
+            return out
+        tokens = chunk.get("tokens") or []
+        if tokens:
+            if out.t_first_token is None:
+                out.t_first_token = now
+                out.ttft = now - out.t_send
+            else:
+                out.itl.append(now - last)
+            last = now
+            out.t_last_token = now
+            out.n_chunks += 1
+            out.token_ids.extend(int(t) for t in tokens)
+        if chunk.get("stop"):
+            out.timings = dict(chunk.get("timings") or {})
+            out.final = {k: chunk[k] for k in _FINAL_KEYS if k in chunk}
+    out.t_done = clock()
+    out.latency = out.t_done - out.t_send
+    out.n_output = int(out.final.get("tokens_predicted", len(out.token_ids)))
+    if not out.final:
+        out.error = "stream ended without a final chunk (stop=true)"
+    elif out.t_first_token is None and out.n_output > 0:
+        out.error = "no chunk carried a token"
+    else:
+        out.success = True
+    return out
+
+
+def send_completion(client: httpx.Client, base_url: str, req: RequestInput, timeout_s: float = 600.0) -> RequestOutput:
+    """POST one streaming completion and return its timings; errors are recorded, never raised."""
+    out = RequestOutput()
+    out.wall_send = time.time()
+    out.t_send = time.perf_counter()
+    try:
+        with client.stream("POST", f"{base_url}/completion", json=req.payload(), timeout=timeout_s) as resp:
+            if resp.status_code != 200:
+                body = resp.read().decode("utf-8", "replace")
+                out.error = f"HTTP {resp.status_code}: {body[:500]}"
+                out.t_done = time.perf_counter()
+                out.latency = out.t_done - out.t_send
+                return out
+            return consume_stream(resp.iter_lines(), out)
+    except (httpx.TransportError, httpx.StreamError) as exc:
+        out.connection_error = True
+        out.error = f"connection error: {type(exc).__name__}: {exc}"
+        out.t_done = time.perf_counter()
+        out.latency = out.t_done - out.t_send
+        return out
+
+
+def erase_slot(client: httpx.Client, base_url: str, slot: int = 0, timeout_s: float = 60.0) -> int:
+    """Erase the prompt cache of a slot (needs `--slot-save-path`); return the erased token count."""
+    resp = client.post(f"{base_url}/slots/{slot}", params={"action": "erase"}, timeout=timeout_s)
+    if resp.status_code != 200:
+        raise RuntimeError(f"erasing slot {slot} failed: HTTP {resp.status_code}: {resp.text[:300]}")
+    return int(resp.json().get("n_erased", 0))

@@ -1,0 +1,233 @@
+"""Replay sessions one at a time as a local agent runs them, against one llama-server, resumably."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import httpx
+from tqdm import tqdm
+
+from ostinato.replay.client import RequestInput, RequestOutput, erase_slot, send_completion
+from ostinato.replay.store import ResultStore, write_json_atomic
+from ostinato.sessions.model import TokenizedSession
+
+SKIPPED = "skipped: an earlier request of this session failed"
+
+
+class Server(Protocol):
+    """What the runner needs from a server (LlamaServer satisfies it)."""
+
+    client: httpx.Client
+    n_starts: int
+
+    @property
+    def base_url(self) -> str: ...  # noqa: D102
+    def is_alive(self) -> bool: ...  # noqa: D102
+    def healthy(self) -> bool: ...  # noqa: D102
+    def exit_code(self) -> int | None: ...  # noqa: D102
+    def log_tail(self, n_bytes: int = 2000) -> str: ...  # noqa: D102
+    def start(self) -> None: ...  # noqa: D102
+    def restart(self) -> None: ...  # noqa: D102
+    def warmup(self, prompt_token_ids: list[int], n_predict: int = 4) -> None: ...  # noqa: D102
+
+
+AfterRequest = Callable[[Server, TokenizedSession, int], None]
+
+
+@dataclass
+class ReplayConfig:
+    """Options of one replay run of one engine."""
+
+    engine: str
+    out_dir: Path
+    machine: str = ""
+    retry_failed: bool = False
+    request_timeout_s: float = 600.0
+    temperature: float = 0.0
+    warmup: bool = True
+    progress: bool = True
+    after_request: AfterRequest | None = None  # test hook, called after each request
+
+
+@dataclass
+class RunSummary:
+    """Counts of one run: sessions replayed, skipped as already present, failed, server restarts."""
+
+    done: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    restarts: int = 0
+
+
+def _last_log_line(server: Server) -> str:
+    """Return the last non-empty line of the server log (for failure reasons)."""
+    lines = [ln for ln in server.log_tail().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def failure_reason(server: Server, error: str) -> tuple[str, bool]:
+    """Explain a failed request; return (reason, server needs a restart)."""
+    healthy = server.is_alive() and server.healthy()
+    if not healthy:  # give a dying process a moment to be reaped, so its exit code can be reported
+        deadline = time.monotonic() + 2.0
+        while server.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if not server.is_alive():
+        tail = _last_log_line(server)
+        return f"server exited with code {server.exit_code()} ({error}){'; log: ' + tail if tail else ''}", True
+    if not healthy:
+        return f"server stopped answering ({error})", True
+    return error, False
+
+
+def request_record(engine: str, machine: str, session: TokenizedSession, turn: int, n_prompt: int,
+                   out: RequestOutput | None, error: str, server_start: int) -> dict:
+    """Return the JSON line of one request (client times in seconds, server timings as sent)."""
+    req = session.requests[turn]
+    rec = {
+        "engine": engine, "machine": machine, "session": session.session_id, "turn": turn,
+        "kind": req.kind, "n_new": req.n_new, "n_prompt": n_prompt, "n_forced": req.n_output,
+        "ok": out is not None and out.success and not error, "error": error, "server_start": server_start,
+    }
+    if out is not None:
+        forced = list(req.output_token_ids)
+        rec.update({
+            "wall_send": out.wall_send, "ttft_s": out.ttft, "latency_s": out.latency, "tpot_s": out.tpot,
+            "itl_s": out.itl, "n_output": out.n_output, "n_streamed": len(out.token_ids), "n_chunks": out.n_chunks,
+            "forced_match": out.token_ids == forced if out.success else None,
+            "streamed_token_ids": out.token_ids,
+            "server": out.timings, **{f"final_{k}": v for k, v in out.final.items()},
+        })
+    return rec
+
+
+def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
+                   bar: tqdm | None = None) -> tuple[list[dict], str, bool]:
+    """Replay one session from an erased slot; return (records, failure reason or "", needs restart).
+
+    Request i sends the whole conversation so far (all earlier new and recorded output tokens, then
+    its own new tokens) and forces its recorded output; every request gets a record, also after a failure.
+    """
+    records: list[dict] = []
+    reason, restart = "", False
+    try:
+        erase_slot(server.client, server.base_url, 0)
+    except (httpx.TransportError, RuntimeError) as exc:
+        reason, restart = failure_reason(server, f"slot erase failed: {exc}")
+    context: list[int] = []
+    for turn, req in enumerate(session.requests):
+        prompt = context + list(req.new_token_ids)
+        if reason:
+            records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), None,
+                                          reason if turn == 0 and not records else SKIPPED, server.n_starts))
+            if bar is not None:
+                bar.update(1)
+            continue
+        inp = RequestInput(tuple(prompt), max(1, req.n_output), req.output_token_ids, cfg.temperature)
+        out = send_completion(server.client, server.base_url, inp, cfg.request_timeout_s)
+        error = ""
+        if not out.success:
+            error, restart = failure_reason(server, out.error)
+            reason = error
+        records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), out, error, server.n_starts))
+        context = prompt + list(req.output_token_ids)
+        if bar is not None:
+            bar.update(1)
+        if cfg.after_request is not None:
+            cfg.after_request(server, session, turn)
+    return records, reason, restart
+
+
+def _sha256(path: Path) -> str:
+    """Return the sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConfig,
+               run_info: dict | None = None) -> RunSummary:
+    """Replay every session not yet recorded (in order), starting the server if needed and
+    restarting it after a crash.
+
+    A session's lines are written when it ends (atomically), so a killed run resumes at the first
+    missing session; failed sessions are kept as recorded unless `retry_failed`.
+    """
+    store = ResultStore.for_engine(cfg.out_dir, cfg.engine)
+    store.remove_partial()
+    summary = RunSummary()
+    todo = []
+    for s in sessions:
+        status = store.status(s.session_id)
+        if status == "missing" or (status == "failed" and cfg.retry_failed):
+            todo.append(s)
+        else:
+            summary.skipped.append(s.session_id)
+    info = {**(run_info or {}), "engine": cfg.engine, "machine": cfg.machine,
+            "started": dt.datetime.now(dt.timezone.utc).isoformat(), "n_sessions": len(sessions),
+            "n_todo": len(todo)}
+    history = _read_runs(store.root / "runs.json")
+    _check_same_setup(store.root, history, info)
+    write_json_atomic(store.root / "runs.json", history + [info])
+    if not todo:
+        return summary
+    server.start()  # no-op when already running
+    if cfg.warmup and todo[0].requests:
+        server.warmup(list(todo[0].requests[0].new_token_ids[:32]))
+    n_req = sum(len(s.requests) for s in todo)
+    with tqdm(total=n_req, unit="req", desc=cfg.engine, disable=not cfg.progress) as bar:
+        for s in todo:
+            bar.set_postfix_str(s.session_id[-40:])
+            records, reason, restart = replay_session(server, s, cfg, bar)
+            store.write_session(s.session_id, records)
+            if reason:
+                summary.failed[s.session_id] = reason
+                bar.write(f"[{cfg.engine}] session {s.session_id} failed: {reason}")
+            else:
+                summary.done.append(s.session_id)
+            if restart:
+                server.restart()
+                summary.restarts += 1
+                if cfg.warmup and s.requests:
+                    server.warmup(list(s.requests[0].new_token_ids[:32]))
+    info.update({"finished": dt.datetime.now(dt.timezone.utc).isoformat(), "n_done": len(summary.done),
+                 "n_failed": len(summary.failed), "restarts": summary.restarts})
+    write_json_atomic(store.root / "runs.json", history + [info])
+    return summary
+
+
+# Keys of runs.json that must not change between a run and its resumption.
+SETUP_KEYS = ("sessions_sha256", "model", "server_command")
+
+
+def _check_same_setup(root: Path, history: list[dict], info: dict) -> None:
+    """Refuse to resume results made from another sessions file, model or server command."""
+    if not history:
+        return
+    last = history[-1]
+    changed = [k for k in SETUP_KEYS if k in last and k in info and last[k] != info[k]]
+    if changed:
+        raise ValueError(
+            f"{root} holds results of a different setup ({', '.join(changed)} changed); "
+            "use another --out or --engine-name, or delete that directory"
+        )
+
+
+def _read_runs(path: Path) -> list[dict]:
+    """Return the run history of an engine directory (one entry per invocation)."""
+    if not path.is_file():
+        return []
+    return list(json.loads(path.read_text(encoding="utf-8")))
+
+
+def sessions_digest(path: Path) -> dict:
+    """Return provenance of a sessions file (path and sha256) for runs.json."""
+    return {"sessions_file": str(path), "sessions_sha256": _sha256(path)}

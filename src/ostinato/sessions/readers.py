@@ -1,0 +1,193 @@
+"""Readers of public agent traces (mini-swe-agent `.traj.json`, tau2-bench simulations) into sessions."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ostinato.sessions.model import Message, Request, RequestKind, Session
+
+SOURCES: tuple[str, ...] = ("swe-mini", "tau2")
+TAU2_DOMAINS: tuple[str, ...] = ("airline", "retail", "telecom")
+
+
+def _text(value: object) -> str:
+    """Return message content as text (None → "", non-strings as JSON)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def split_requests(messages: list[Message], kind_after: Callable[[Message], RequestKind]) -> tuple[Request, ...]:
+    """Cut a conversation into agent requests: each assistant message answering new user/tool input.
+
+    Assistant messages with no new user/tool input before them (a scripted greeting) stay in the
+    context of the next request; messages after the last assistant message are not a request and are dropped.
+    """
+    requests: list[Request] = []
+    pending: list[Message] = []
+    for msg in messages:
+        answers_input = any(m.role not in ("assistant", "system") for m in pending)
+        if msg.role == "assistant" and answers_input:
+            last_input = next(m for m in reversed(pending) if m.role != "assistant")
+            kind: RequestKind = "first" if not requests else kind_after(last_input)
+            requests.append(Request(kind=kind, new_messages=tuple(pending), output=msg))
+            pending = []
+        else:
+            pending.append(msg)
+    return tuple(requests)
+
+
+# --- mini-swe-agent -------------------------------------------------------------------------------
+
+def read_swe_mini(path: Path) -> Session:
+    """Read one mini-swe-agent `.traj.json`; every user message after the task is a tool observation."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = data["messages"]
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a mini-swe-agent trajectory with 'messages' ({exc})") from exc
+    messages = [Message(role=str(m["role"]), content=_text(m.get("content"))) for m in raw]
+    name = path.name.removesuffix(".traj.json")
+    requests = split_requests(messages, kind_after=lambda m: "tool" if m.role in ("user", "tool") else "user")
+    return Session(session_id=f"swe-mini/{name}", source="swe-mini", requests=requests)
+
+
+def iter_swe_mini(mirror: Path) -> Iterator[Session]:
+    """Yield the sessions of a swe-mini mirror directory, sorted by file name."""
+    files = sorted(Path(mirror).rglob("*.traj.json"), key=lambda p: p.name)
+    if not files:
+        raise FileNotFoundError(f"no *.traj.json files under {mirror} (expected a swe-mini mirror)")
+    for f in files:
+        yield read_swe_mini(f)
+
+
+# --- tau2-bench -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tau2File:
+    """The simulations of one tau2-bench results file, with its domain and agent policy if known."""
+
+    path: Path
+    domain: str | None
+    policy: str | None
+    simulations: list[dict]
+
+
+def _tau2_domain(path: Path, data: object) -> str | None:
+    """Return the tau2 domain of a results file from its info, its fields or its file name."""
+    if isinstance(data, dict):
+        env = (data.get("info") or {}).get("environment_info") or {}
+        if env.get("domain_name"):
+            return str(env["domain_name"])
+        if data.get("domain"):
+            return str(data["domain"])
+        task = data.get("task") or {}
+        dom = ((task.get("user_scenario") or {}).get("instructions") or {}).get("domain")
+        if dom:
+            return str(dom)
+    found = [d for d in TAU2_DOMAINS if d in path.name.lower()]
+    return found[0] if len(found) == 1 else None
+
+
+def load_tau2_file(path: Path) -> Tau2File:
+    """Load a tau2 results file of any of the three shapes (dict with simulations, list, single run)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a JSON file ({exc})") from exc
+    if isinstance(data, list):
+        sims = data
+    elif isinstance(data, dict) and "simulations" in data:
+        sims = data["simulations"]
+    elif isinstance(data, dict) and "simulation_run" in data:
+        sims = [data["simulation_run"]]
+    else:
+        raise ValueError(f"{path}: expected tau2 'simulations', a list of simulations or 'simulation_run'")
+    policy = None
+    if isinstance(data, dict):
+        policy = ((data.get("info") or {}).get("environment_info") or {}).get("policy")
+    return Tau2File(path=path, domain=_tau2_domain(path, data), policy=policy, simulations=list(sims))
+
+
+def _tau2_agent_messages(raw: list[dict]) -> list[Message]:
+    """Keep what the agent sees: drop the user simulator's own tool calls and their results."""
+    out = []
+    for m in raw:
+        role = str(m.get("role"))
+        if role == "tool" and m.get("requestor") == "user":
+            continue
+        if role == "user" and m.get("tool_calls") and not m.get("content"):
+            continue
+        calls = tuple(
+            {"name": c.get("name"), "arguments": c.get("arguments")} for c in (m.get("tool_calls") or [])
+        ) if role == "assistant" else ()
+        out.append(Message(role=role, content=_text(m.get("content")), tool_calls=calls))
+    return out
+
+
+def tau2_sessions(tf: Tau2File, policy: str | None = None) -> list[Session]:
+    """Return the sessions of one tau2 file; the agent policy (system prompt) opens each session."""
+    system = tf.policy or policy
+    sessions = []
+    for idx, sim in enumerate(tf.simulations):
+        messages = _tau2_agent_messages(sim.get("messages") or [])
+        if system:
+            messages = [Message(role="system", content=system), *messages]
+        requests = split_requests(messages, kind_after=lambda m: "tool" if m.role == "tool" else "user")
+        sid = f"tau2/{tf.path.stem}/{idx:03d}"
+        sessions.append(Session(session_id=sid, source="tau2", requests=requests))
+    return sessions
+
+
+def iter_tau2(mirror: Path) -> Iterator[Session]:
+    """Yield the sessions of a tau2 mirror directory, sorted by file name then simulation index.
+
+    Files without the agent policy borrow it from another file of the same domain in the mirror.
+    """
+    files = sorted(Path(mirror).glob("*.json"), key=lambda p: p.name)
+    if not files:
+        raise FileNotFoundError(f"no *.json files under {mirror} (expected a tau2 mirror)")
+    policies: dict[str, str] | None = None
+    for f in files:
+        tf = load_tau2_file(f)
+        borrowed = None
+        if tf.policy is None and tf.domain is not None:
+            if policies is None:
+                policies = _domain_policies(files)
+            borrowed = policies.get(tf.domain)
+        yield from tau2_sessions(tf, policy=borrowed)
+
+
+def _domain_policies(files: list[Path]) -> dict[str, str]:
+    """Return the first agent policy found per domain among the given tau2 files."""
+    out: dict[str, str] = {}
+    for f in files:
+        tf = load_tau2_file(f)
+        if tf.domain and tf.policy and tf.domain not in out:
+            out[tf.domain] = tf.policy
+    return out
+
+
+# --- dispatch -------------------------------------------------------------------------------------
+
+def iter_source(source: str, mirror: Path) -> Iterator[Session]:
+    """Yield the sessions of a named source from its mirror directory, sorted by session id."""
+    mirror = Path(mirror)
+    if source not in SOURCES:
+        raise ValueError(f"--source {source!r} is not one of {SOURCES}")
+    if not mirror.is_dir():
+        raise FileNotFoundError(f"trace mirror directory {mirror} does not exist (expected the {source} traces)")
+    return iter_swe_mini(mirror) if source == "swe-mini" else iter_tau2(mirror)
+
+
+def safe_name(session_id: str) -> str:
+    """Return a file-name-safe form of a session id (used for per-session result files)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "__", session_id)

@@ -1,0 +1,82 @@
+"""The replay summary notebook runs under papermill on a small CSV and writes its table and figure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "replay_summary.ipynb"
+
+pytest.importorskip("papermill")
+
+
+def small_summary(path: Path) -> Path:
+    """Write a per-session CSV shaped like `ostinato replay summarize` output."""
+    rows = []
+    for engine, scale in (("stock", 1.0), ("ostinato", 0.6)):
+        for i, session in enumerate(["tau2/a/000", "tau2/a/001", "swe-mini/x"]):
+            rows.append({
+                "engine": engine, "machine": "cpu-2c", "session": session, "n_requests": 3 + i, "n_ok": 3 + i,
+                "session_ok": not (engine == "ostinato" and i == 2), "error": "",
+                "total_request_s": scale * (1 + i), "ttft_median_s": scale * 0.2, "ttft_median_first_s": 0.3,
+                "ttft_median_tool_s": 0.1, "ttft_median_user_s": float("nan"), "tpot_median_s": scale * 0.01,
+                "server_prefill_s": 0.5, "server_decode_s": 0.4, "client_server_ratio": 1.02,
+            })
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_jupytext_twin_in_sync():
+    py = REPO / "notebooks" / "replay_summary.py"
+    nb = json.loads(NOTEBOOK.read_text())
+    assert nb["metadata"]["jupytext"]["formats"] == "ipynb,py:percent"
+    tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    text = py.read_text()
+    assert all(src in text for src in code), "run `jupytext --sync notebooks/replay_summary.ipynb`"
+
+
+def test_notebook_runs_under_papermill(tmp_path: Path):
+    csv = small_summary(tmp_path / "summary.csv")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "summary_csv": str(csv), "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
+    }))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, "-m", "papermill", str(NOTEBOOK), str(tmp_path / "out.ipynb"), "-f", str(params),
+         "--cwd", str(tmp_path), "-k", "python3"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    for name in ("figures/replay_summary.pdf", "figures/replay_summary.png",
+                 "tables/replay_summary.csv", "tables/replay_summary.md"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    table = pd.read_csv(tmp_path / "tables" / "replay_summary.csv")
+    assert len(table) == 3 and (table["speedup"].dropna() - 1 / 0.6).abs().max() < 1e-9
+    assert table["speedup"].isna().sum() == 1  # the session that one engine failed
+    assert table.loc[table["session"] == "swe-mini/x", "failed_engines"].item() == "ostinato"
+    md = (tmp_path / "tables" / "replay_summary.md").read_text()
+    assert md.startswith("| session | label |") and "measured" not in md
+    assert "ostinato, measured (cpu-2c)" in (tmp_path / "out.ipynb").read_text()
+
+
+def test_series_labels_and_markdown():
+    from ostinato.figures import engine_label, series_label, to_markdown
+
+    assert series_label("paper") == "paper"
+    assert series_label("measured", "h200") == "measured (h200)"
+    assert engine_label("stock", "simulated", "paper-testbed") == "stock, simulated (paper-testbed)"
+    with pytest.raises(ValueError):
+        series_label("measured")
+    md = to_markdown(pd.DataFrame({"a": ["x|y"], "b": [1.23456]}))
+    assert md.splitlines()[1] == "|---|---:|" and "x\\|y" in md and "1.23" in md

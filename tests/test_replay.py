@@ -1,0 +1,390 @@
+"""Tests of the replay client, server lifecycle, runner (resume, crash) and summaries.
+
+Fast tests use tests/fixtures/fake_llama_server.py; tests marked by the `llama_server` fixture
+run the real llama-server (fixtures `engine_bin_dir` and `tiny_model` from conftest, or the
+environment variables OSTINATO_ENGINE_BIN_DIR and OSTINATO_TINY_MODEL) and skip without one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pandas as pd
+import pytest
+
+import ostinato.cli
+from ostinato.replay import (
+    LlamaServer,
+    ReplayConfig,
+    RequestInput,
+    RequestOutput,
+    ResultStore,
+    ServerConfig,
+    ServerError,
+    consume_stream,
+    load_requests,
+    run_replay,
+    send_completion,
+    summarize_sessions,
+)
+from ostinato.sessions.model import TokenizedRequest, TokenizedSession, write_sessions_jsonl
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_fake():
+    spec = importlib.util.spec_from_file_location("fake_llama_server", FIXTURES / "fake_llama_server.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fake = _load_fake()
+
+
+def make_sessions(n: int = 3, turns: int = 2, shared_prefix: int = 8) -> list[TokenizedSession]:
+    """Small sessions; all start with the same tokens so an un-erased slot would reuse them."""
+    out = []
+    for s in range(n):
+        reqs = []
+        for t in range(turns):
+            new = tuple(range(10, 10 + shared_prefix)) + (40 + s, 50 + t) if t == 0 else (60 + t, 70 + s, 80)
+            reqs.append(TokenizedRequest(t, "first" if t == 0 else "tool", new, (97, 98 + t, 99, 100)))
+        out.append(TokenizedSession(f"test/s{s}", "test", "byte", "chatml", tuple(reqs)))
+    return out
+
+
+# --- client: SSE parsing --------------------------------------------------------------------------
+
+def test_consume_stream_timestamps_tokens_and_timings():
+    ticks = iter([1.5, 2.0, 2.25, 2.75, 3.0, 3.1])
+    lines = [
+        'data: {"content":"","tokens":[],"stop":false}', "", ": ping", "",
+        'data: {"content":"a","tokens":[97],"stop":false}', "",
+        'data: {"content":"bc","tokens":[98,99],"stop":false}', "",
+        'data: {"content":"d","tokens":[100],"stop":false}', "",
+        'data: {"content":"","tokens":[],"stop":true,"stop_type":"limit","tokens_predicted":4,'
+        '"tokens_cached":20,"timings":{"cache_n":12,"prompt_n":4,"prompt_ms":1.5,"predicted_n":4,"predicted_ms":3.0}}',
+    ]
+    out = RequestOutput(t_send=1.0)
+    consume_stream(lines, out, clock=lambda: next(ticks))
+    assert out.success, out.error
+    assert out.token_ids == [97, 98, 99, 100] and out.n_chunks == 3 and out.n_output == 4
+    assert out.ttft == pytest.approx(1.0)  # first chunk carrying a token (t=2.0), not the empty one
+    assert out.itl == pytest.approx([0.25, 0.5])
+    assert out.latency == pytest.approx(2.1)
+    assert out.tpot == pytest.approx((2.1 - 1.0) / 3)
+    assert out.timings["prompt_n"] == 4 and out.timings["cache_n"] == 12
+    assert out.final["stop_type"] == "limit"
+
+
+def test_consume_stream_errors():
+    out = consume_stream(['data: {"error":{"code":400,"message":"context exceeded"}}'], RequestOutput())
+    assert not out.success and "context exceeded" in out.error
+    out = consume_stream(['data: {"content":"a","tokens":[97],"stop":false}'], RequestOutput())
+    assert not out.success and "final chunk" in out.error
+
+
+def test_payload_carries_forced_tokens():
+    body = RequestInput((1, 2, 3), 2, (7, 8)).payload()
+    assert body["prompt"] == [1, 2, 3] and body["forced_tokens"] == [7, 8] and body["n_predict"] == 2
+    assert body["stream"] and body["cache_prompt"] and body["return_tokens"] and body["id_slot"] == 0
+
+
+def test_send_completion_streams_from_sse_server():
+    srv = fake.make_server("127.0.0.1", 0, token_delay=0.005)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with httpx.Client() as client:
+            url = f"http://127.0.0.1:{srv.server_address[1]}"
+            out = send_completion(client, url, RequestInput(tuple(range(20)), 5, (65, 66, 67, 68, 69)))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert out.success, out.error
+    assert out.token_ids == [65, 66, 67, 68, 69] and out.n_output == 5 and len(out.itl) == 4
+    assert 0 < out.ttft <= out.latency and out.t_send < out.t_first_token <= out.t_last_token <= out.t_done
+    assert out.timings["prompt_n"] == 20 and out.tpot > 0
+
+
+def test_send_completion_connection_error_is_recorded():
+    from ostinato.replay import free_port
+
+    with httpx.Client() as client:
+        out = send_completion(client, f"http://127.0.0.1:{free_port()}", RequestInput((1,), 1))
+    assert not out.success and out.connection_error and "connection error" in out.error
+
+
+def _gone(pid: int, timeout_s: float = 10.0) -> bool:
+    """Wait until a process no longer runs (absent or a zombie); return whether it is gone."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- server lifecycle and runner against the fake server ------------------------------------------
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    """An executable wrapper that starts the fake llama-server with this Python."""
+    wrapper = tmp_path / "llama-server"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FIXTURES / "fake_llama_server.py"}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.fixture
+def fake_model(tmp_path: Path) -> Path:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    return model
+
+
+def fake_config(fake_bin: Path, fake_model: Path, tmp_path: Path, **env: str) -> ServerConfig:
+    env = {"FAKE_REQUEST_LOG": str(tmp_path / "requests.jsonl"), **env}
+    return ServerConfig(binary=fake_bin, model=fake_model, env=env, log_path=tmp_path / "server.log",
+                        startup_timeout_s=30)
+
+
+def logged_requests(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "requests.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_server_lifecycle_and_early_exit(fake_bin, fake_model, tmp_path):
+    cfg = fake_config(fake_bin, fake_model, tmp_path)
+    with LlamaServer(cfg) as server:
+        assert server.healthy()
+        server.warmup([1, 2, 3])
+        pid = server.proc.pid
+    assert server.proc is None and _gone(pid)
+    cmd = cfg.command(1234, tmp_path)
+    assert cmd[cmd.index("-np") + 1] == "1" and cmd[cmd.index("--cache-ram") + 1] == "0" and "--slot-save-path" in cmd
+    missing = ServerConfig(binary=fake_bin, model=tmp_path / "missing.gguf")
+    with pytest.raises(FileNotFoundError, match="missing.gguf"):
+        LlamaServer(missing).start()
+    bad = fake_config(fake_bin, fake_model, tmp_path, FAKE_EXIT_AT_START="1")
+    with pytest.raises(ServerError, match="exited with code 1.*server.log"):
+        LlamaServer(bad).start()
+    assert "failed to load model" in (tmp_path / "server.log").read_text()
+
+
+def test_runner_sends_growing_prompts_from_an_erased_slot(fake_bin, fake_model, tmp_path):
+    sessions = make_sessions(2, 3)
+    cfg = ReplayConfig("stock", tmp_path / "out", machine="test", progress=False)
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        summary = run_replay(sessions, server, cfg)
+    assert summary.done == ["test/s0", "test/s1"] and not summary.failed
+    log = [r for r in logged_requests(tmp_path)]
+    completions = [r["body"] for r in log if r["path"] == "/completion"][1:]  # skip warm-up
+    assert len(completions) == 6
+    s0 = sessions[0].requests
+    assert completions[1]["prompt"] == list(s0[0].new_token_ids + s0[0].output_token_ids + s0[1].new_token_ids)
+    assert completions[1]["forced_tokens"] == list(s0[1].output_token_ids)
+    # an erase before each session (and one after the warm-up)
+    assert [r["path"] for r in log].count("/slots/0") == 3
+    recs = list(ResultStore(tmp_path / "out" / "stock").iter_records())
+    assert len(recs) == 6 and all(r["ok"] and r["forced_match"] for r in recs)
+    first_turns = [r for r in recs if r["turn"] == 0]
+    assert all(r["server"]["cache_n"] == 0 for r in first_turns)  # nothing shared across sessions
+    later = [r for r in recs if r["turn"] > 0]
+    assert all(r["server"]["prompt_n"] == r["n_prompt"] - r["server"]["cache_n"] for r in later)
+    assert all(r["server"]["cache_n"] > 0 for r in later)
+
+
+def test_resume_after_interrupted_runner(fake_bin, fake_model, tmp_path):
+    sessions = make_sessions(3, 2)
+    out = tmp_path / "out"
+
+    def interrupt(server, session, turn):
+        if session.session_id == "test/s1" and turn == 0:
+            raise KeyboardInterrupt
+
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        with pytest.raises(KeyboardInterrupt):
+            run_replay(sessions, server, ReplayConfig("stock", out, progress=False, after_request=interrupt))
+    store = ResultStore(out / "stock")
+    assert [store.status(s.session_id) for s in sessions] == ["ok", "missing", "missing"]
+    (store.root / "sessions" / ".test__s1.jsonl.abc.tmp").write_text("partial")  # as if killed mid-write
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        summary = run_replay(sessions, server, ReplayConfig("stock", out, progress=False))
+    assert summary.skipped == ["test/s0"] and summary.done == ["test/s1", "test/s2"]
+    assert not list((store.root / "sessions").glob(".*.tmp"))
+    recs = list(store.iter_records())
+    keys = [(r["session"], r["turn"]) for r in recs]
+    assert len(keys) == len(set(keys)) == 6
+    assert len(json.loads((store.root / "runs.json").read_text())) == 2
+
+
+def test_killed_runner_process_resumes_via_cli(fake_bin, fake_model, tmp_path):
+    sessions_file = tmp_path / "sessions.jsonl"
+    write_sessions_jsonl(make_sessions(4, 2), sessions_file)
+    out = tmp_path / "out"
+    argv = [sys.executable, "-c", "import sys, ostinato.cli as c; c._GROUPS = ('ostinato.replay.cli',); sys.exit(c.main())",
+            "replay", "run", "--engine-name", "stock", "--server-bin", str(fake_bin), "--model", str(fake_model),
+            "--sessions", str(sessions_file), "--out", str(out), "--no-progress", "--machine-label", "test"]
+    env = {**os.environ, "FAKE_TOKEN_DELAY": "0.15", "FAKE_REQUEST_LOG": str(tmp_path / "requests.jsonl"),
+           "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    first = out / "stock" / "sessions" / "test__s0.jsonl"
+    deadline = time.monotonic() + 60
+    while not first.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.exists(), proc.stdout.read().decode() if proc.poll() is not None else "no result file"
+    time.sleep(0.3)  # into the next session
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    done_before = sorted(p.name for p in (out / "stock" / "sessions").glob("*.jsonl"))
+    assert "test__s3.jsonl" not in done_before
+    pids = {r["pid"] for r in logged_requests(tmp_path)}
+    assert all(_gone(pid) for pid in pids)  # the orphaned server got SIGTERM via PR_SET_PDEATHSIG
+    env["FAKE_TOKEN_DELAY"] = "0.001"
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"{len(done_before)} already present" in res.stderr
+    recs = list(ResultStore(out / "stock").iter_records())
+    keys = [(r["session"], r["turn"]) for r in recs]
+    assert len(keys) == len(set(keys)) == 8 and all(r["ok"] for r in recs)
+    assert json.loads((out / "stock" / "machine.json").read_text())["label"] == "test"
+
+
+def test_server_crash_fails_session_and_next_session_continues(fake_bin, fake_model, tmp_path):
+    sessions = make_sessions(3, 2)
+    # completion 1 is the warm-up, 2 and 3 are session 0: the server dies during session 0, turn 1
+    cfg = fake_config(fake_bin, fake_model, tmp_path, FAKE_DIE_AT="3", FAKE_DIE_MARKER=str(tmp_path / "died"))
+    with LlamaServer(cfg) as server:
+        summary = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False))
+        assert server.n_starts == 2
+    assert summary.restarts == 1 and summary.done == ["test/s1", "test/s2"]
+    assert "server exited with code 3" in summary.failed["test/s0"]
+    store = ResultStore(tmp_path / "out" / "stock")
+    assert store.status("test/s0") == "failed"
+    recs = {(r["session"], r["turn"]): r for r in store.iter_records()}
+    assert recs[("test/s0", 0)]["ok"] and not recs[("test/s0", 1)]["ok"]
+    assert "exited with code 3" in recs[("test/s0", 1)]["error"]
+    assert recs[("test/s1", 0)]["ok"] and recs[("test/s1", 0)]["server_start"] == 2
+    # a rerun keeps the recorded failure unless asked to retry it
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        again = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False))
+        assert again.skipped == ["test/s0", "test/s1", "test/s2"]
+        retried = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False, retry_failed=True))
+    assert retried.done == ["test/s0"] and store.status("test/s0") == "ok"
+
+
+def test_request_error_with_live_server_fails_only_that_session(fake_bin, fake_model, tmp_path):
+    sessions = make_sessions(2, 2)
+    big = TokenizedRequest(1, "tool", tuple([5] * 100_001), (97,))
+    sessions[0] = TokenizedSession("test/s0", "test", "byte", "chatml", (sessions[0].requests[0], big))
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        summary = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False))
+    assert summary.restarts == 0 and "context size" in summary.failed["test/s0"] and summary.done == ["test/s1"]
+
+
+def test_summarize_cli(fake_bin, fake_model, tmp_path):
+    sessions = make_sessions(2, 3)
+    for engine in ("stock", "ostinato"):
+        with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+            run_replay(sessions, server, ReplayConfig(engine, tmp_path / "out", machine="test", progress=False))
+    requests = load_requests([tmp_path / "out"])
+    assert len(requests) == 12 and set(requests["engine"]) == {"stock", "ostinato"}
+    summary = summarize_sessions(requests)
+    assert len(summary) == 4 and summary["session_ok"].all()
+    assert (summary["total_request_s"] > 0).all() and (summary["server_decode_s"] > 0).all()
+    assert summary["ttft_median_tool_s"].notna().all() and summary["ttft_median_user_s"].isna().all()
+    ostinato.cli._GROUPS, saved = ("ostinato.replay.cli",), ostinato.cli._GROUPS
+    try:
+        rc = ostinato.cli.main(["replay", "summarize", "--in", str(tmp_path / "out" / "stock"), str(tmp_path / "out" / "ostinato"),
+                                "--out", str(tmp_path / "s.csv"), "--requests-out", str(tmp_path / "r.csv")])
+        assert rc == 0
+        assert ostinato.cli.main(["replay", "summarize", "--in", str(tmp_path / "none"), "--out", str(tmp_path / "x.csv")]) == 2
+    finally:
+        ostinato.cli._GROUPS = saved
+    csv = pd.read_csv(tmp_path / "s.csv")
+    assert list(csv["engine"].unique()) == ["ostinato", "stock"] and "client_server_ratio" in csv.columns
+    assert len(pd.read_csv(tmp_path / "r.csv")) == 12
+
+
+# --- the real llama-server ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def llama_server_paths(request) -> tuple[Path, Path]:
+    """(llama-server binary, tiny GGUF) from conftest fixtures or environment variables; else skip."""
+    try:
+        bin_dir = Path(request.getfixturevalue("engine_bin_dir"))
+    except pytest.FixtureLookupError:
+        bin_dir = Path(os.environ.get("OSTINATO_ENGINE_BIN_DIR", "/nonexistent"))
+    try:
+        model = Path(request.getfixturevalue("tiny_model"))
+    except pytest.FixtureLookupError:
+        model = Path(os.environ.get("OSTINATO_TINY_MODEL", "/nonexistent"))
+    binary = bin_dir / "llama-server"
+    if not binary.is_file() or not model.is_file():
+        pytest.skip(f"no llama-server ({binary}) or tiny model ({model})")
+    return binary, model
+
+
+def real_config(paths: tuple[Path, Path], tmp_path: Path) -> ServerConfig:
+    binary, model = paths
+    return ServerConfig(binary=binary, model=model, args=["-c", "1024", "-t", "2", "--no-webui"],
+                        log_path=tmp_path / "server.log", startup_timeout_s=120)
+
+
+def test_real_server_streaming_and_timings(llama_server_paths, tmp_path):
+    with LlamaServer(real_config(llama_server_paths, tmp_path)) as server:
+        server.warmup(list(range(20, 40)))
+        prompt = tuple(range(20, 80))
+        out = send_completion(server.client, server.base_url, RequestInput(prompt, 8, tuple(range(97, 105))))
+        assert out.success, out.error
+        assert out.n_output == 8 and out.timings["predicted_n"] == 8
+        assert out.timings["prompt_n"] == len(prompt) and out.timings["cache_n"] == 0
+        assert 0 < out.ttft <= out.latency and out.tpot > 0 and out.n_chunks >= 1
+        assert out.final["stop_type"] == "limit"
+        again = send_completion(server.client, server.base_url, RequestInput(prompt + (81, 82), 4))
+        assert again.success and again.timings["cache_n"] >= len(prompt) - 1  # prefix reused
+
+
+def test_real_server_replay_kill_restart(llama_server_paths, tmp_path):
+    sessions = make_sessions(3, 2)
+
+    def kill_during_s1(server, session, turn):
+        if session.session_id == "test/s1" and turn == 0:
+            server.proc.send_signal(signal.SIGKILL)
+
+    cfg = ReplayConfig("stock", tmp_path / "out", machine="test", progress=False, after_request=kill_during_s1)
+    with LlamaServer(real_config(llama_server_paths, tmp_path)) as server:
+        summary = run_replay(sessions, server, cfg)
+    assert summary.done == ["test/s0", "test/s2"] and summary.restarts == 1
+    assert "server exited with code -9" in summary.failed["test/s1"]
+    recs = {(r["session"], r["turn"]): r for r in ResultStore(tmp_path / "out" / "stock").iter_records()}
+    assert len(recs) == 6
+    for s in ("test/s0", "test/s2"):
+        assert recs[(s, 0)]["server"]["cache_n"] == 0  # erased slot: no prefix shared between sessions
+        assert recs[(s, 1)]["server"]["cache_n"] >= recs[(s, 0)]["n_prompt"] - 1  # own prefix reused
+        assert recs[(s, 1)]["n_output"] == 4
+
+
+def test_machine_description_is_kept_with_results():
+    from ostinato.machine import default_label, describe_machine
+
+    m = describe_machine()
+    d = m.to_json()
+    assert m.logical_cores >= 1 and d["cpu_model"] and d["os"] and isinstance(d["gpus"], list)
+    assert describe_machine("h200-box").label == "h200-box"
+    assert default_label("x", 2, ()) == "cpu-2c"
