@@ -1,0 +1,77 @@
+# Shared helpers: resolved engine backend, paths, config checks, and the targets of `rule all`.
+import re
+import socket
+
+from ostinato.build.backend import resolve_backend
+
+BACKEND = resolve_backend(config["engine"]["backend"], config["engine"]["cuda_arch"] or None)
+ENGINE_DIR = f"build/engine/{BACKEND.name}"
+MACHINE = config.get("machine", "auto")
+if MACHINE == "auto":
+    MACHINE = socket.gethostname()
+
+
+def engine_bin(variant, tool="llama-server"):
+    """Path of one tool of a built engine variant."""
+    return f"{ENGINE_DIR}/{variant}/bin/{tool}"
+
+
+def check_replay_config():
+    """Fail early, naming the key, if replay refers to a model or session set that is not configured."""
+    r = config["replay"]
+    if r["model"] not in config["models"]:
+        raise ValueError(f"config replay.model: {r['model']!r} is not a key of models ({', '.join(config['models'])})")
+    for s in r["sets"]:
+        if s not in config["sessions"]["sets"]:
+            raise ValueError(f"config replay.sets: {s!r} is not a key of sessions.sets")
+
+
+check_replay_config()
+
+
+def all_targets():
+    """What `snakemake` builds by default: the replay summary notebook's figure and table."""
+    return [
+        "figures/replay_summary.pdf",
+        "figures/replay_summary.png",
+        "tables/replay_summary.csv",
+        "tables/replay_summary.md",
+    ]
+
+
+SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
+DOWNLOAD_MODELS = [m for m, c in config["models"].items() if "url" in c]
+
+
+def name_pattern(names):
+    """A wildcard constraint matching exactly these names (nothing if empty)."""
+    return "|".join(re.escape(n) for n in names) or "(?!)"
+
+
+def synth_opts(model):
+    """`ostinato models synth` options of one configured model."""
+    c = config["models"][model]
+    flags = [("vocab", "--vocab"), ("expert_type", "--expert-type"), ("dense_type", "--dense-type"), ("seed", "--seed")]
+    return " ".join(f"{f} {c[k]}" for k, f in flags if c.get(k) not in (None, ""))
+
+
+def session_opts(name):
+    """`ostinato sessions build` options of one configured session set."""
+    s = config["sessions"]["sets"][name]
+    flags = [("select", "--select"), ("tokenizer", "--tokenizer"), ("max_requests", "--max-requests"),
+             ("max_new_tokens", "--max-new-tokens"), ("max_output_tokens", "--max-output-tokens"),
+             ("max_context_tokens", "--max-context-tokens")]
+    return " ".join(f"{f} {s[k]}" for k, f in flags if k in s)
+
+
+def server_args(engine):
+    """`ostinato replay run` server options of one configured engine (context, threads, its own flags)."""
+    r = config["replay"]
+    args = ["-c", str(r["ctx_size"]), "-t", str(r["threads"])] + list(r["engines"][engine].get("server_args", []))
+    return " ".join(f"--server-arg={a}" for a in args)
+
+
+def server_env(engine):
+    """`ostinato replay run` environment options of one configured engine."""
+    env = config["replay"]["engines"][engine].get("env", {})
+    return " ".join(f"--env {k}={v}" for k, v in env.items())

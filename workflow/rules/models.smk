@@ -1,0 +1,38 @@
+# Stage 2, models: synthesize a GGUF from a named shape spec, or download real weights with a checksum.
+
+
+rule synth_model:
+    input:
+        engine=f"{ENGINE_DIR}/upstream/manifest.json",
+    output:
+        "models/{model}.gguf",
+    log:
+        "results/models/{model}.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        model=name_pattern(SYNTH_MODELS),
+    params:
+        tree=f"{ENGINE_DIR}/tree",
+        spec=lambda w: config["models"][w.model]["spec"],
+        opts=lambda w: synth_opts(w.model),
+    shell:
+        "ostinato models synth --spec {params.spec} {params.opts} --llama-tree {params.tree} "
+        "--out {output} > {log} 2>&1"
+
+
+rule download_model:
+    output:
+        "models/{model}.gguf",
+    log:
+        "results/models/{model}.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        model=name_pattern(DOWNLOAD_MODELS),
+    params:
+        url=lambda w: config["models"][w.model]["url"],
+        sha256=lambda w: config["models"][w.model]["sha256"],
+    shell:
+        "ostinato models download --url {params.url} --sha256 {params.sha256} --out {output} "
+        "--no-progress > {log} 2>&1"

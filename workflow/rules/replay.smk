@@ -1,0 +1,50 @@
+# Stage 8, replay: each engine variant replays the session sets through llama-server, one session at a time.
+
+
+rule replay:
+    input:
+        server=lambda w: engine_bin(config["replay"]["engines"][w.engine]["variant"]),
+        model=f"models/{config['replay']['model']}.gguf",
+        sessions="results/sessions/{set}.jsonl",
+    output:
+        sessions="results/replay/{set}/{engine}.sessions.csv",
+        requests="results/replay/{set}/{engine}.requests.csv",
+    log:
+        "results/replay/{set}/{engine}.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        set=name_pattern(config["sessions"]["sets"]),
+        engine=name_pattern(config["replay"]["engines"]),
+    threads: workflow.cores
+    resources:
+        bench=1,
+    params:
+        server_args=lambda w: server_args(w.engine),
+        env=lambda w: server_env(w.engine),
+        machine=MACHINE,
+    shell:
+        "(ostinato replay run --engine-name {wildcards.engine} --server-bin {input.server} "
+        "--model {input.model} --sessions {input.sessions} --out results/replay/{wildcards.set} "
+        "--machine-label {params.machine} {params.server_args} {params.env} --no-progress "
+        "&& ostinato replay summarize --in results/replay/{wildcards.set}/{wildcards.engine} "
+        "--out {output.sessions} --requests-out {output.requests}) > {log} 2>&1"
+
+
+rule summarize_replay:
+    input:
+        expand("results/replay/{set}/{engine}.sessions.csv", set=config["replay"]["sets"],
+               engine=config["replay"]["engines"]),
+    output:
+        sessions="results/replay/sessions.csv",
+        requests="results/replay/requests.csv",
+    log:
+        "results/replay/summarize_replay.log",
+    conda:
+        "../../environment.yml"
+    params:
+        dirs=" ".join(f"results/replay/{s}/{e}" for s in config["replay"]["sets"]
+                      for e in config["replay"]["engines"]),
+    shell:
+        "ostinato replay summarize --in {params.dirs} --out {output.sessions} "
+        "--requests-out {output.requests} > {log} 2>&1"
