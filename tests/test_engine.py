@@ -6,12 +6,11 @@ import json
 import os
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
 from ostinato.replay.server import LlamaServer, ServerConfig
-from ostinato.routing.trace import RoutingTrace, TraceShape, random_trace, read_trace, write_trace
+from ostinato.routing.trace import TraceShape, random_trace, read_trace, write_trace
 
 PROMPT = [1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 65, 66, 67] * 2
 

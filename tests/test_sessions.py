@@ -130,3 +130,12 @@ def test_cli_missing_mirror_names_the_path(tmp_path: Path, capsys):
     rc = cli_main(["sessions", "build", "--source", "tau2", "--mirror", str(missing), "--out", str(tmp_path / "x.jsonl")])
     assert rc == 2
     assert str(missing) in capsys.readouterr().err
+
+
+def test_mirror_root_or_source_folder_give_the_same_sessions():
+    from ostinato.sessions.readers import iter_source
+
+    for source in ("swe-mini", "tau2"):
+        from_root = [s.session_id for s in iter_source(source, FIXTURES)]
+        from_folder = [s.session_id for s in iter_source(source, FIXTURES / source)]
+        assert from_root and from_root == from_folder

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-from pathlib import Path
 
 import yaml
+
+from ostinato.atomic import atomic_open
 
 
 def parse_assignments(items: list[str]) -> dict[str, object]:
@@ -22,12 +21,8 @@ def parse_assignments(items: list[str]) -> dict[str, object]:
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
+    with atomic_open(args.out) as f:
         yaml.safe_dump(parse_assignments(args.set), f, sort_keys=False)
-    os.replace(tmp, out)
     return 0
 
 

@@ -3,46 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ostinato.atomic import atomic_open
 from ostinato.sessions.readers import safe_name
 
 SESSIONS_DIR = "sessions"
 
 
-def _fsync_dir(path: Path) -> None:
-    """fsync a directory so a rename into it survives a crash (best effort)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_json_atomic(path: Path, obj: object) -> None:
     """Write a JSON file atomically (temp file in the same directory, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    with atomic_open(path) as fh:
+        json.dump(obj, fh, indent=1, sort_keys=True)
+        fh.write("\n")
 
 
 @dataclass(frozen=True)
@@ -83,18 +58,9 @@ class ResultStore:
     def write_session(self, session_id: str, records: list[dict]) -> Path:
         """Write a session's request records atomically: temp file, fsync, rename into place."""
         path = self.path_for(session_id)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                for rec in records:
-                    fh.write(json.dumps(rec, separators=(",", ":"), sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
+        with atomic_open(path) as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, separators=(",", ":"), sort_keys=True) + "\n")
         return path
 
     def iter_records(self) -> Iterator[dict]:

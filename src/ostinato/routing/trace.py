@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ostinato.atomic import atomic_open
 
 MAGIC = b"OSTROUTE"
 VERSION = 1
@@ -107,18 +108,11 @@ def write_trace(path: str | os.PathLike, trace: RoutingTrace) -> None:
     flags = FLAG_WEIGHTS if trace.weights is not None else 0
     header = _HEADER.pack(MAGIC, VERSION, s.n_layer, s.n_expert, s.n_expert_used,
                           s.id_dtype.itemsize, flags, ids.shape[0])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(np.ascontiguousarray(ids, dtype=s.id_dtype).tobytes())
-            if trace.weights is not None:
-                f.write(np.ascontiguousarray(trace.weights, dtype="<f2").tobytes())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as f:
+        f.write(header)
+        f.write(np.ascontiguousarray(ids, dtype=s.id_dtype).tobytes())
+        if trace.weights is not None:
+            f.write(np.ascontiguousarray(trace.weights, dtype="<f2").tobytes())
 
 
 def random_trace(shape: TraceShape, n_pos: int, moe_layers: list[int], seed: int = 0) -> RoutingTrace:

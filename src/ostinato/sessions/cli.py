@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = group.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="tokenize the first N sessions of a trace mirror into a JSONL file")
     b.add_argument("--source", required=True, choices=SOURCES, help="trace format of the mirror")
-    b.add_argument("--mirror", required=True, type=Path, help="directory of the trace files")
+    b.add_argument("--mirror", required=True, type=Path,
+                   help="mirror root holding tau2/ and swe-mini/ (or the folder of one source)")
     b.add_argument("--select", type=int, default=0, help="first N sessions sorted by id (0 = all; default 0)")
     b.add_argument("--tokenizer", default="byte", choices=TOKENIZERS, help="vocabulary of the model (default byte)")
     b.add_argument("--template", default=None, choices=sorted(TEMPLATES), help="chat framing (default per tokenizer)")

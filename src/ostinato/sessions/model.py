@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
+
+from ostinato.atomic import atomic_open
 
 RequestKind = Literal["first", "tool", "user"]
 KINDS: tuple[str, ...] = ("first", "tool", "user")
@@ -128,19 +128,11 @@ class TokenizedSession:
 
 def write_sessions_jsonl(sessions: Iterable[TokenizedSession], path: Path) -> int:
     """Write sessions as JSON lines atomically (temp file, then rename); return the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for s in sessions:
-                fh.write(json.dumps(s.to_json(), separators=(",", ":")) + "\n")
-                n += 1
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as fh:
+        for s in sessions:
+            fh.write(json.dumps(s.to_json(), separators=(",", ":")) + "\n")
+            n += 1
     return n
 
 

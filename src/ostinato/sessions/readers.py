@@ -185,6 +185,9 @@ def iter_source(source: str, mirror: Path) -> Iterator[Session]:
         raise ValueError(f"--source {source!r} is not one of {SOURCES}")
     if not mirror.is_dir():
         raise FileNotFoundError(f"trace mirror directory {mirror} does not exist (expected the {source} traces)")
+    # a mirror root holds one folder per source (tau2/, swe-mini/); a source's own folder works too
+    if (mirror / source).is_dir():
+        mirror = mirror / source
     return iter_swe_mini(mirror) if source == "swe-mini" else iter_tau2(mirror)
 
 
