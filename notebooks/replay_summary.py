@@ -22,7 +22,7 @@
 # Every series is measured on one machine and labelled `measured (<machine>)`.
 
 # %% tags=["parameters"]
-summary_csv = "results/replay/summary.csv"  # one path, or a list of paths (concatenated)
+summary_csv = "results/replay/sessions.csv"  # one path, or a list of paths (concatenated)
 figures_dir = "figures"
 tables_dir = "tables"
 machine = ""  # label of the machine; empty: taken from the CSV's `machine` column
@@ -77,7 +77,7 @@ if counts is not None:
     table.insert(0, "n_requests", counts)
 failed_engines = pd.Series("", index=table.index)
 if "session_ok" in df:
-    failed = df.loc[~df["session_ok"].astype(bool), ["session", "engine"]]
+    failed = df.loc[~df["session_ok"].astype(bool), ["session", "engine"]].astype({"engine": str})
     failed_engines = failed.groupby("session", observed=True)["engine"].apply(
         lambda s: ",".join(map(str, s))).reindex(table.index).fillna("")
 if {"stock", "ostinato"} <= set(order):  # only where both engines completed the session
