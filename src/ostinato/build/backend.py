@@ -80,6 +80,7 @@ def resolve_backend(requested: str, cuda_arch: str | None = None) -> Backend:
     if not any((toolkit / d).glob("libcublas.so*") for d in ("lib64", "lib", "targets/x86_64-linux/lib")):
         lib = cublas_from_wheel()
         if lib is None:
-            raise RuntimeError(f"the CUDA toolkit at {toolkit} has no cuBLAS; install the nvidia-cublas wheel")
+            raise RuntimeError(f"the CUDA toolkit at {toolkit} has no cuBLAS: install the wheel into this environment "
+                               f"(`python -m pip install nvidia-cublas`) and build again")
         args += [f"-DCUDA_cublas_LIBRARY={lib}", "-DGGML_CUDA_NO_VMM=ON"]
     return Backend("cuda", tuple(args), f"GPU compute capability {arch}, toolkit {toolkit}")

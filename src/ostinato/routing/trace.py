@@ -1,16 +1,21 @@
 """The routing trace file, read and written memory-mapped; the same format the engine records and forces.
 
 Layout (little endian): a 64-byte header, then ids [n_pos][n_layer][k] as uint8 (n_expert < 255) or
-uint16, then, if flag 1 is set, float16 weights of the same shape. The all-ones id (255 or 65535)
-means "no expert": a layer without routing (dense) or a position that was not computed.
+uint16, then, if flag bit 0 is set, float16 weights of the same shape. Flag bit 1 marks a synthetic
+trace (written by `ostinato.routing.generator`, not recorded from a model); readers ignore other bits.
+The all-ones id (255 or 65535) means "no expert": a layer without routing (dense) or a position that
+was not computed.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -20,6 +25,7 @@ MAGIC = b"OSTROUTE"
 VERSION = 1
 HEADER_SIZE = 64
 FLAG_WEIGHTS = 1
+FLAG_SYNTHETIC = 2
 _HEADER = struct.Struct("<8sIIIIIIQ24x")
 assert _HEADER.size == HEADER_SIZE
 
@@ -48,6 +54,7 @@ class RoutingTrace:
     shape: TraceShape
     ids: np.ndarray                 # [n_pos, n_layer, k]
     weights: np.ndarray | None = None  # float16 [n_pos, n_layer, k]
+    synthetic: bool = False         # header flag bit 1: made by a generator, not recorded
 
     @property
     def n_pos(self) -> int:
@@ -67,6 +74,8 @@ def _parse_header(raw: bytes, path: Path) -> tuple[TraceShape, int, int]:
         raise ValueError(f"{path}: not a routing trace (magic {magic!r}, expected {MAGIC!r})")
     if version != VERSION:
         raise ValueError(f"{path}: routing trace version {version}, expected {VERSION}")
+    if n_layer < 1 or n_expert < 1 or not 1 <= k <= n_expert:
+        raise ValueError(f"{path}: impossible shape n_layer {n_layer}, n_expert {n_expert}, k {k}")
     shape = TraceShape(n_layer, n_expert, k)
     if id_bytes != shape.id_dtype.itemsize:
         raise ValueError(f"{path}: id_bytes {id_bytes} but n_expert {n_expert} needs {shape.id_dtype.itemsize}")
@@ -92,7 +101,7 @@ def read_trace(path: str | os.PathLike, mmap: bool = True) -> RoutingTrace:
     if flags & FLAG_WEIGHTS:
         off = HEADER_SIZE + n * shape.id_dtype.itemsize
         weights = np.fromfile(path, dtype="<f2", count=n, offset=off).reshape(dims)
-    return RoutingTrace(shape, ids, weights)
+    return RoutingTrace(shape, ids, weights, synthetic=bool(flags & FLAG_SYNTHETIC))
 
 
 def write_trace(path: str | os.PathLike, trace: RoutingTrace) -> None:
@@ -105,14 +114,48 @@ def write_trace(path: str | os.PathLike, trace: RoutingTrace) -> None:
     valid = ids[ids != s.none_id]
     if valid.size and (valid.min() < 0 or valid.max() >= s.n_expert):
         raise ValueError(f"expert ids must lie in [0, {s.n_expert}) or be {s.none_id} (none)")
-    flags = FLAG_WEIGHTS if trace.weights is not None else 0
-    header = _HEADER.pack(MAGIC, VERSION, s.n_layer, s.n_expert, s.n_expert_used,
-                          s.id_dtype.itemsize, flags, ids.shape[0])
+    flags = (FLAG_WEIGHTS if trace.weights is not None else 0) | (FLAG_SYNTHETIC if trace.synthetic else 0)
+    header = pack_header(s, ids.shape[0], flags)
     with atomic_open(path, "wb") as f:
         f.write(header)
         f.write(np.ascontiguousarray(ids, dtype=s.id_dtype).tobytes())
         if trace.weights is not None:
             f.write(np.ascontiguousarray(trace.weights, dtype="<f2").tobytes())
+
+
+def pack_header(shape: TraceShape, n_pos: int, flags: int = 0) -> bytes:
+    """The 64-byte header for a trace of `n_pos` positions of `shape` with `flags`."""
+    return _HEADER.pack(MAGIC, VERSION, shape.n_layer, shape.n_expert, shape.n_expert_used,
+                        shape.id_dtype.itemsize, flags, n_pos)
+
+
+class TraceStream:
+    """Appends id rows to an open trace file, checking shape and count (for traces too large for memory)."""
+
+    def __init__(self, fh: IO[bytes], shape: TraceShape, n_pos: int) -> None:
+        self._fh, self.shape, self.n_pos, self.written = fh, shape, n_pos, 0
+
+    def write(self, ids: np.ndarray) -> None:
+        """Append rows [n, n_layer, k]; ids must be valid experts or the none id."""
+        s = self.shape
+        if ids.ndim != 3 or ids.shape[1:] != (s.n_layer, s.n_expert_used):
+            raise ValueError(f"ids have shape {ids.shape}, expected (n, {s.n_layer}, {s.n_expert_used})")
+        if self.written + ids.shape[0] > self.n_pos:
+            raise ValueError(f"writing past the {self.n_pos} positions promised by the header")
+        self._fh.write(np.ascontiguousarray(ids, dtype=s.id_dtype).tobytes())
+        self.written += ids.shape[0]
+
+
+@contextmanager
+def open_trace_stream(path: str | os.PathLike, shape: TraceShape, n_pos: int,
+                      synthetic: bool = False) -> Iterator[TraceStream]:
+    """Write a trace chunk by chunk, atomically; fails (leaving no file) unless exactly n_pos rows are written."""
+    with atomic_open(path, "wb") as f:
+        f.write(pack_header(shape, n_pos, FLAG_SYNTHETIC if synthetic else 0))
+        stream = TraceStream(f, shape, n_pos)
+        yield stream
+        if stream.written != n_pos:
+            raise ValueError(f"{path}: wrote {stream.written} positions, the header promises {n_pos}")
 
 
 def random_trace(shape: TraceShape, n_pos: int, moe_layers: list[int], seed: int = 0) -> RoutingTrace:

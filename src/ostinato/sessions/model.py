@@ -20,6 +20,7 @@ class Message:
     role: str
     content: str
     tool_calls: tuple[dict, ...] = ()
+    completion_tokens: int | None = None  # recorded by the trace (the agent model's own count), if any
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class Request:
     new_messages: tuple[Message, ...]
     output: Message
 
+    @property
+    def recorded_output_tokens(self) -> int | None:
+        """Completion tokens the trace recorded for this reply (None when the file has none)."""
+        return self.output.completion_tokens
+
 
 @dataclass(frozen=True)
 class Session:
@@ -38,6 +44,7 @@ class Session:
     session_id: str
     source: str
     requests: tuple[Request, ...]
+    meta: dict = field(default_factory=dict)  # e.g. tau2 domain, source file name
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class TokenizedRequest:
     kind: str
     new_token_ids: tuple[int, ...]
     output_token_ids: tuple[int, ...]
+    n_output_recorded: int | None = None  # the trace's completion-token count, when it has one
 
     @property
     def n_new(self) -> int:
@@ -68,6 +76,7 @@ class TokenizedRequest:
             "n_output": self.n_output,
             "new_token_ids": list(self.new_token_ids),
             "output_token_ids": list(self.output_token_ids),
+            "n_output_recorded": self.n_output_recorded,
         }
 
     @classmethod
@@ -81,6 +90,7 @@ class TokenizedRequest:
             kind=kind,
             new_token_ids=tuple(int(t) for t in obj["new_token_ids"]),
             output_token_ids=tuple(int(t) for t in obj["output_token_ids"]),
+            n_output_recorded=None if obj.get("n_output_recorded") is None else int(obj["n_output_recorded"]),
         )
 
 

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 from ostinato.sessions.model import Message, Request, RequestKind, Session
 
-SOURCES: tuple[str, ...] = ("swe-mini", "tau2")
+SOURCES: tuple[str, ...] = ("swe-mini", "tau2", "swe-rebench")
 TAU2_DOMAINS: tuple[str, ...] = ("airline", "retail", "telecom")
 
 
@@ -45,18 +45,60 @@ def split_requests(messages: list[Message], kind_after: Callable[[Message], Requ
 
 # --- mini-swe-agent -------------------------------------------------------------------------------
 
+class TraceError(ValueError):
+    """A trace file that does not have the expected shape; the message names the file and the session."""
+
+
+def malformed(path: Path, session_id: str | None, what: str) -> TraceError:
+    """Return the error of a malformed trace, naming the file and (when known) the session."""
+    where = f"{path}: session {session_id}" if session_id else str(path)
+    return TraceError(f"{where}: {what}")
+
+
+def _int_or_none(value: object) -> int | None:
+    """A recorded token count as int (None when absent or not a non-negative number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return int(value)
+
+
+def check_messages(raw: object, path: Path, session_id: str) -> list[dict]:
+    """Return a trace's message list, or raise naming the file and session when it is not one."""
+    if not isinstance(raw, list):
+        raise malformed(path, session_id, "expected a list of messages")
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise malformed(path, session_id, f"message {i} is not an object with a string 'role'")
+    return raw
+
+
+def _swe_mini_completion_tokens(msg: dict) -> int | None:
+    """mini-swe-agent's recorded completion tokens: `extra.response.usage.completion_tokens`."""
+    extra = msg.get("extra")
+    response = extra.get("response") if isinstance(extra, dict) else None
+    usage = response.get("usage") if isinstance(response, dict) else None
+    return _int_or_none(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+
+
 def read_swe_mini(path: Path) -> Session:
     """Read one mini-swe-agent `.traj.json`; every user message after the task is a tool observation."""
     path = Path(path)
+    name = path.name.removesuffix(".traj.json")
+    sid = f"swe-mini/{name}"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        raw = data["messages"]
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a mini-swe-agent trajectory with 'messages' ({exc})") from exc
-    messages = [Message(role=str(m["role"]), content=_text(m.get("content"))) for m in raw]
-    name = path.name.removesuffix(".traj.json")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise malformed(path, sid, f"not a JSON file ({exc})") from exc
+    if not isinstance(data, dict) or "messages" not in data:
+        raise malformed(path, sid, "not a mini-swe-agent trajectory (no 'messages')")
+    raw = check_messages(data["messages"], path, sid)
+    messages = [
+        Message(role=m["role"], content=_text(m.get("content")),
+                completion_tokens=_swe_mini_completion_tokens(m) if m["role"] == "assistant" else None)
+        for m in raw
+    ]
     requests = split_requests(messages, kind_after=lambda m: "tool" if m.role in ("user", "tool") else "user")
-    return Session(session_id=f"swe-mini/{name}", source="swe-mini", requests=requests)
+    return Session(session_id=sid, source="swe-mini", requests=requests, meta={"file": path.name})
 
 
 def iter_swe_mini(mirror: Path) -> Iterator[Session]:
@@ -101,8 +143,8 @@ def load_tau2_file(path: Path) -> Tau2File:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a JSON file ({exc})") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise malformed(path, None, f"not a JSON file ({exc})") from exc
     if isinstance(data, list):
         sims = data
     elif isinstance(data, dict) and "simulations" in data:
@@ -110,7 +152,9 @@ def load_tau2_file(path: Path) -> Tau2File:
     elif isinstance(data, dict) and "simulation_run" in data:
         sims = [data["simulation_run"]]
     else:
-        raise ValueError(f"{path}: expected tau2 'simulations', a list of simulations or 'simulation_run'")
+        raise malformed(path, None, "expected tau2 'simulations', a list of simulations or 'simulation_run'")
+    if not isinstance(sims, list):
+        raise malformed(path, None, "tau2 'simulations' is not a list")
     policy = None
     if isinstance(data, dict):
         policy = ((data.get("info") or {}).get("environment_info") or {}).get("policy")
@@ -129,7 +173,9 @@ def _tau2_agent_messages(raw: list[dict]) -> list[Message]:
         calls = tuple(
             {"name": c.get("name"), "arguments": c.get("arguments")} for c in (m.get("tool_calls") or [])
         ) if role == "assistant" else ()
-        out.append(Message(role=role, content=_text(m.get("content")), tool_calls=calls))
+        usage = m.get("usage") if role == "assistant" else None
+        recorded = _int_or_none(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+        out.append(Message(role=role, content=_text(m.get("content")), tool_calls=calls, completion_tokens=recorded))
     return out
 
 
@@ -138,12 +184,19 @@ def tau2_sessions(tf: Tau2File, policy: str | None = None) -> list[Session]:
     system = tf.policy or policy
     sessions = []
     for idx, sim in enumerate(tf.simulations):
-        messages = _tau2_agent_messages(sim.get("messages") or [])
+        sid = f"tau2/{tf.path.stem}/{idx:03d}"
+        if not isinstance(sim, dict):
+            raise malformed(tf.path, sid, "simulation is not an object")
+        raw = check_messages(sim.get("messages"), tf.path, sid)
+        for i, m in enumerate(raw):
+            if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
+                raise malformed(tf.path, sid, f"message {i}: 'tool_calls' is not a list")
+        messages = _tau2_agent_messages(raw)
         if system:
             messages = [Message(role="system", content=system), *messages]
         requests = split_requests(messages, kind_after=lambda m: "tool" if m.role == "tool" else "user")
-        sid = f"tau2/{tf.path.stem}/{idx:03d}"
-        sessions.append(Session(session_id=sid, source="tau2", requests=requests))
+        meta = {"file": tf.path.name, "domain": tf.domain or "", "task_id": str(sim.get("task_id", ""))}
+        sessions.append(Session(session_id=sid, source="tau2", requests=requests, meta=meta))
     return sessions
 
 
@@ -183,11 +236,17 @@ def iter_source(source: str, mirror: Path) -> Iterator[Session]:
     mirror = Path(mirror)
     if source not in SOURCES:
         raise ValueError(f"--source {source!r} is not one of {SOURCES}")
-    if not mirror.is_dir():
+    if not mirror.exists():
         raise FileNotFoundError(f"trace mirror directory {mirror} does not exist (expected the {source} traces)")
-    # a mirror root holds one folder per source (tau2/, swe-mini/); a source's own folder works too
+    # a mirror root holds one folder per source (tau2/, swe-mini/, swe-rebench/); a source's own folder works too
     if (mirror / source).is_dir():
         mirror = mirror / source
+    if source == "swe-rebench":
+        from ostinato.sessions.rebench import iter_swe_rebench  # one module per format
+
+        return iter_swe_rebench(mirror)
+    if not mirror.is_dir():
+        raise FileNotFoundError(f"trace mirror {mirror} is not a directory (expected the {source} traces)")
     return iter_swe_mini(mirror) if source == "swe-mini" else iter_tau2(mirror)
 
 
