@@ -97,7 +97,8 @@ def test_patch_queue_round_trip(engine_variants, tmp_path):
     (repo / "engine").mkdir(parents=True)
     subprocess.run(["cp", "-r", str(ENGINE / "pin.json"), str(ENGINE / "patches"), str(ENGINE / "src"),
                     str(repo / "engine")], check=True)
-    tree = devtree.make_tree(repo, tmp_path / "tree", "stock", REPO / "build" / "cache")
+    base = engine_variants["upstream"].parent.parent / "tree"
+    tree = devtree.make_tree(repo, tmp_path / "tree", "stock", REPO / "build" / "cache", base_tree=base)
     assert (tree / "src" / "llama-routing.cpp").exists()
     written = devtree.export_tree(repo, tree, "stock")
     assert [p.name for p in written] == [p.name for p in stage_patches(ENGINE, "stock")]

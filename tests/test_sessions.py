@@ -139,3 +139,315 @@ def test_mirror_root_or_source_folder_give_the_same_sessions():
         from_root = [s.session_id for s in iter_source(source, FIXTURES)]
         from_folder = [s.session_id for s in iter_source(source, FIXTURES / source)]
         assert from_root and from_root == from_folder
+
+
+# --- issue 3: SWE-rebench reader, recorded counts, tables, synthesized ids, splits, sources, Table 2 ---------
+
+import csv  # noqa: E402
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from ostinato.sessions.model import Message, Session  # noqa: E402
+from ostinato.sessions.readers import TraceError  # noqa: E402
+from ostinato.sessions.rebench import read_swe_rebench  # noqa: E402
+from ostinato.sessions.splits import SplitSpec, make_splits, read_splits  # noqa: E402
+from ostinato.sessions.synth import IDS_SYNTHESIZED, normal_token_ids, synthesize_session  # noqa: E402
+from ostinato.sessions.tables import TurnRow, read_table  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "data" / "sessions"
+REBENCH = FIXTURES / "swe-rebench" / "rows.jsonl"
+
+
+def write_json(path: Path, obj: object) -> Path:
+    """Write a JSON fixture made by a test."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj), encoding="utf-8")
+    return path
+
+
+def test_swe_rebench_rows_kinds_tool_calls_and_shapes(tmp_path: Path):
+    sessions = list(iter_source("swe-rebench", FIXTURES))
+    assert [s.session_id for s in sessions] == ["swe-rebench/demo__app-7_run0", "swe-rebench/demo__lib-42_run0"]
+    lib = sessions[1]
+    assert [r.kind for r in lib.requests] == ["first", "tool", "user"]
+    assert [m.role for m in lib.requests[0].new_messages] == ["system", "user"]
+    assert lib.requests[0].new_messages[1].content.startswith("Fix the parser")  # list-of-parts content
+    assert lib.requests[1].output.tool_calls == (
+        {"name": "str_replace_editor", "arguments": {"command": "view", "path": "/workspace/parser.py"}},)
+    assert [m.role for m in lib.requests[2].new_messages] == ["tool", "user"]
+    assert lib.requests[0].recorded_output_tokens is None and lib.meta["resolved"] is True
+    # the same rows as a JSON list, as {"rows": [...]}, and as datasets-server rows give the same sessions
+    rows = [json.loads(line) for line in REBENCH.read_text().splitlines()]
+    for shape in (rows, {"rows": rows}, {"rows": [{"row_idx": i, "row": r} for i, r in enumerate(rows)]}):
+        got = read_swe_rebench(write_json(tmp_path / "rows.json", shape))
+        assert {s.session_id: s.requests for s in got} == {s.session_id: s.requests for s in sessions}
+
+
+@pytest.mark.parametrize("source,name,content,session", [
+    ("swe-mini", "bad__one.traj.json", {"messages": [{"content": "no role"}]}, "swe-mini/bad__one"),
+    ("swe-mini", "bad__two.traj.json", {"messages": "nope"}, "swe-mini/bad__two"),
+    ("tau2", "x_airline.json", {"simulations": [{"messages": []}, {"messages": {"role": "user"}}]},
+     "tau2/x_airline/001"),
+    ("tau2", "y_retail.json", {"simulations": [{"messages": [{"role": "assistant", "tool_calls": "call"}]}]},
+     "tau2/y_retail/000"),
+    ("swe-rebench", "rows.jsonl", [{"trajectory_id": "t1", "trajectory": "not json"}], "swe-rebench/t1"),
+    ("swe-rebench", "rows.jsonl", [{"instance_id": "i9", "trajectory": [{"role": "assistant", "tool_calls": [{}]}]}],
+     "swe-rebench/i9/00000"),
+])
+def test_malformed_files_name_file_and_session(tmp_path: Path, source, name, content, session):
+    path = tmp_path / source / name
+    if name.endswith(".jsonl"):
+        path.parent.mkdir(parents=True)
+        path.write_text("\n".join(json.dumps(r) for r in content) + "\n")
+    else:
+        write_json(path, content)
+    with pytest.raises(TraceError) as err:
+        list(iter_source(source, tmp_path))
+    assert str(path) in str(err.value) and f"session {session}" in str(err.value)
+
+
+def test_not_json_is_rejected_naming_the_file(tmp_path: Path):
+    path = tmp_path / "swe-mini" / "broken__x.traj.json"
+    path.parent.mkdir()
+    path.write_text("{not json")
+    rc = cli_main(["sessions", "build", "--source", "swe-mini", "--mirror", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert rc == 2
+
+
+def test_recorded_completion_tokens_are_read_and_preferred(tmp_path: Path):
+    demo = read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json")
+    assert [r.recorded_output_tokens for r in demo.requests] == [12, None, None]
+    tau2 = json.loads((FIXTURES / "tau2" / "a_airline_with_info.json").read_text())
+    replies = [m for m in tau2["simulations"][0]["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+    replies[0]["usage"] = {"prompt_tokens": 900, "completion_tokens": 41}
+    tf = load_tau2_file(write_json(tmp_path / "a_airline_with_info.json", tau2))
+    assert tau2_sessions(tf)[0].requests[0].recorded_output_tokens == 41
+    text = tokenize_session(demo, byte_tok, CHATML, tokenizer_name="byte")
+    rec = tokenize_session(demo, byte_tok, CHATML, tokenizer_name="byte", prefer_recorded=True)
+    assert rec.requests[0].n_output == 12 and rec.requests[0].n_output_recorded == 12
+    assert rec.requests[0].output_token_ids == text.requests[0].output_token_ids[:12]  # head of the text
+    assert rec.requests[1].n_output == text.requests[1].n_output  # no recorded count: the text's
+    assert rec.meta["ids"] == "tokenized" and rec.meta["output_count"] == "recorded"
+    # a recorded count above the text's: synthesized ids (seeded) precede the reply's own ids
+    data = json.loads((FIXTURES / "swe-mini" / "demo__demo-1.traj.json").read_text())
+    data["messages"][2]["extra"]["response"]["usage"]["completion_tokens"] = 200
+    long = read_swe_mini(write_json(tmp_path / "demo__demo-1.traj.json", data))
+    a = tokenize_session(long, byte_tok, CHATML, tokenizer_name="byte", prefer_recorded=True, seed=3)
+    b = tokenize_session(long, byte_tok, CHATML, tokenizer_name="byte", prefer_recorded=True, seed=3)
+    n_text = text.requests[0].n_output
+    assert a.requests[0].n_output == 200 and a.meta["n_output_synthesized"] == 200 - n_text
+    assert a.requests[0].output_token_ids[-n_text:] == text.requests[0].output_token_ids
+    assert a == b and all(0 <= i < 256 for i in a.requests[0].output_token_ids)
+
+
+def test_model_tokenizers_frame_with_special_tokens():
+    from ostinato.sessions import get_template
+
+    s = read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json")
+    ds = tokenize_session(s, resolve_tokenizer("deepseek"), get_template("deepseek"), tokenizer_name="deepseek")
+    qw = tokenize_session(s, resolve_tokenizer("qwen"), CHATML, tokenizer_name="qwen")
+    assert ds.requests[0].output_token_ids[-1] == 1  # <｜end▁of▁sentence｜> is one token
+    assert qw.requests[0].new_token_ids[0] == 151644 and qw.requests[0].output_token_ids[-2] == 151645  # <|im_start|>, <|im_end|>
+    assert all(r.n_new > 0 and r.n_output > 0 for r in ds.requests + qw.requests)
+    assert ds.requests[0].n_new < len(b"".join(m.content.encode() for m in s.requests[0].new_messages))
+
+
+def test_tables_hold_counts_only_and_match_tokenization(tmp_path: Path):
+    out, prov = tmp_path / "swe-mini.turns.csv", tmp_path / "provenance.json"
+    rc = cli_main(["sessions", "tables", "--source", "swe-mini", "--mirror", str(FIXTURES), "--tokenizers", "byte",
+                   "--provenance", str(prov), "--no-progress", "--out", str(out)])
+    assert rc == 0
+    text = out.read_text()
+    assert "THOUGHT" not in text and "count.py" not in text  # numbers, never text
+    header = text.splitlines()[0].split(",")
+    assert header == ["session", "turn", "kind", "domain", "task", "new_byte", "output_byte", "output_recorded"]
+    table = read_table(out)
+    demo = table["swe-mini/demo__demo-1"]
+    ref = tokenize_session(read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json"), byte_tok, CHATML)
+    assert [(r.kind, r.new["byte"], r.output["byte"]) for r in demo] == [(q.kind, q.n_new, q.n_output) for q in ref.requests]
+    assert [r.output_recorded for r in demo] == [12, None, None]
+    entry = json.loads(prov.read_text())["tables"]["swe-mini"]
+    assert entry["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert entry["source"]["commit"] == "d12a71affd95403b036b2bdbd827349b77bfffb9" and entry["sessions"] == 2
+    assert entry["command"].startswith("ostinato sessions tables")
+
+
+def test_committed_tables_have_provenance_and_no_text():
+    prov = json.loads((DATA / "provenance.json").read_text())
+    for source in ("swe-mini", "tau2"):
+        entry = prov["tables"][source]
+        path = DATA / entry["table"]
+        assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest(), f"{path} changed; rerun the command"
+        with path.open() as fh:
+            header = next(csv.reader(fh))
+        assert all(c in ("session", "turn", "kind", "domain", "task", "output_recorded")
+                   or c.split("_")[0] in ("new", "output") for c in header)
+        assert "ids" not in " ".join(header)
+
+
+def _rows(sid: str, n: int, domain: str = "", task: str = "", new: int = 5, out: int = 3,
+          recorded: int | None = None) -> list[TurnRow]:
+    """Hand-made per-turn rows of one session."""
+    return [TurnRow(sid, t, "first" if t == 0 else "tool", domain, task, {"byte": new + t, "qwen": new},
+                    {"byte": out, "qwen": out}, recorded) for t in range(n)]
+
+
+def test_synthesized_sessions_from_counts():
+    rows = _rows("swe-mini/x", 4, recorded=7)
+    a = synthesize_session(rows, "byte", seed=1, source="swe-mini")
+    assert a.meta["ids"] == IDS_SYNTHESIZED == "synthesized-from-counts" and a.meta["seed"] == 1
+    assert [r.n_new for r in a.requests] == [5, 6, 7, 8] and [r.n_output for r in a.requests] == [7] * 4
+    assert [r.n_output for r in synthesize_session(rows, "byte", 1, "swe-mini", prefer_recorded=False).requests] == [3] * 4
+    assert a == synthesize_session(rows, "byte", seed=1, source="swe-mini")  # seeded
+    assert a.requests[0].new_token_ids != synthesize_session(rows, "byte", 2, "swe-mini").requests[0].new_token_ids
+    assert all(0 <= i < 256 for r in a.requests for i in r.new_token_ids + r.output_token_ids)
+    capped = synthesize_session(rows, "byte", 1, "swe-mini", caps=Caps(max_requests=3, max_new_tokens=6,
+                                                                        max_context_tokens=30))
+    assert [r.n_new for r in capped.requests] == [5, 6] and capped.n_context <= 30
+    q = synthesize_session(rows, "qwen", 0, "swe-mini")
+    assert max(i for r in q.requests for i in r.new_token_ids) < 151643  # normal tokens only
+    ds = normal_token_ids("deepseek")
+    assert 0 not in set(ds[:10].tolist()) and 1 not in set(ds[:10].tolist()) and len(ds) > 127000
+    with pytest.raises(ValueError, match="no 'deepseek' counts"):
+        synthesize_session(rows, "deepseek", 0, "swe-mini")
+
+
+def test_build_from_table_and_split_set(tmp_path: Path):
+    table = tmp_path / "swe-mini.turns.csv"
+    assert cli_main(["sessions", "tables", "--source", "swe-mini", "--mirror", str(FIXTURES), "--tokenizers", "byte",
+                     "--no-progress", "--out", str(table)]) == 0
+    split = write_json(tmp_path / "splits.json", {"seed": 0, "sets": {
+        "swe-dev": {"source": "swe-mini", "sessions": ["swe-mini/demo__demo-1"], "max_requests": 2, "domains": {}}}})
+    out = tmp_path / "s.jsonl"
+    assert cli_main(["sessions", "build", "--source", "swe-mini", "--table", str(table), "--split", str(split),
+                     "--split-set", "swe-dev", "--tokenizer", "byte", "--seed", "5", "--out", str(out)]) == 0
+    (s,) = read_sessions_jsonl(out)
+    assert s.session_id == "swe-mini/demo__demo-1" and len(s.requests) == 2
+    assert s.meta["ids"] == "synthesized-from-counts" and s.requests[0].n_output == 12  # recorded count preferred
+    mirror = tmp_path / "m.jsonl"
+    assert cli_main(["sessions", "build", "--source", "swe-mini", "--mirror", str(FIXTURES), "--split", str(split),
+                     "--split-set", "swe-dev", "--tokenizer", "byte", "--out", str(mirror)]) == 0
+    (m,) = read_sessions_jsonl(mirror)
+    assert m.meta["ids"] == "tokenized"
+    assert [(r.kind, r.n_new, r.n_output) for r in m.requests] == [(r.kind, r.n_new, r.n_output) for r in s.requests]
+    assert cli_main(["sessions", "build", "--source", "tau2", "--table", str(table), "--split", str(split),
+                     "--split-set", "swe-dev", "--out", str(mirror)]) == 2  # set of another source
+
+
+def _split_tables(n_swe: int = 60, n_tau2: int = 40) -> tuple[dict, dict]:
+    """Synthetic per-turn tables big enough for Table 2 splits (lengths inside and outside the ranges)."""
+    swe = {f"swe-mini/s{i:03d}": _rows(f"swe-mini/s{i:03d}", 20 + 2 * i) for i in range(n_swe)}
+    tau2 = {}
+    for d, n in (("airline", n_tau2), ("retail", n_tau2), ("telecom", 20)):
+        for i in range(n):
+            sid = f"tau2/{d}/{i:03d}"
+            tau2[sid] = _rows(sid, 5 + i % 12, domain=d, task=f"{d}{i % (n - 5) if d == 'airline' else i}")
+    return swe, tau2
+
+
+def test_splits_sizes_seeded_and_reproducible():
+    swe, tau2 = _split_tables()
+    spec = SplitSpec(seed=7)
+    sets = make_splits(swe, tau2, spec)
+    assert {k: len(v.sessions) for k, v in sets.items()} == {
+        "swe-dev": 6, "swe-screening": 2, "swe-heldout": 13, "tau2-dev": 24, "tau2-heldout": 60}
+    assert sets["swe-screening"].max_requests == 30 and sets["swe-screening"].sessions == sets["swe-dev"].sessions[:2]
+    assert not set(sets["swe-dev"].sessions) & set(sets["swe-heldout"].sessions)
+    assert all(42 <= len(swe[s]) <= 100 for k in ("swe-dev", "swe-heldout") for s in sets[k].sessions)
+    assert sets["tau2-heldout"].domains == {"airline": 20, "retail": 20, "telecom": 20}
+    tasks = [tau2[s][0].task for k in ("tau2-dev", "tau2-heldout") for s in sets[k].sessions]
+    assert len(tasks) == len(set(tasks))  # one session per task
+    assert make_splits(swe, tau2, spec) == sets  # same seed, same sets
+    assert make_splits(swe, tau2, SplitSpec(seed=8))["swe-heldout"].sessions != sets["swe-heldout"].sessions
+    with pytest.raises(ValueError, match="needed"):
+        make_splits(dict(list(swe.items())[:20]), tau2, spec)
+
+
+def test_committed_split_file_is_reproduced(tmp_path: Path):
+    out = tmp_path / "splits.json"
+    committed = json.loads((DATA / "splits.json").read_text())
+    assert cli_main(["sessions", "split", "--swe-table", str(DATA / "swe-mini.turns.csv"), "--tau2-table",
+                     str(DATA / "tau2.turns.csv"), "--seed", str(committed["seed"]), "--out", str(out)]) == 0
+    made = json.loads(out.read_text())
+    assert made["sets"] == committed["sets"] and made["tables"] == committed["tables"]
+    assert committed["rule"] and committed["command"].startswith("ostinato sessions split")
+    sets = read_splits(DATA / "splits.json")
+    held = read_table(DATA / "swe-mini.turns.csv")
+    assert all(42 <= len(held[s]) <= 100 for s in sets["swe-heldout"].sessions)
+
+
+def test_get_traces_mirror_tables_or_a_clear_error(tmp_path: Path, capsys):
+    out = tmp_path / "m.json"
+    assert cli_main(["sessions", "get", "--source", "tau2", "--mirror", str(FIXTURES), "--no-probe",
+                     "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["mode"] == "mirror"
+    table = tmp_path / "tau2.turns.csv"
+    table.write_text("session,turn,kind,domain,task,new_byte,output_byte,output_recorded\n")
+    assert cli_main(["sessions", "get", "--source", "tau2", "--mirror", str(tmp_path / "none"), "--table", str(table),
+                     "--no-probe", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["mode"] == "tables" and got["path"] == str(table) and got["url"].startswith("https://github.com/")
+    assert cli_main(["sessions", "get", "--source", "swe-rebench", "--mirror", str(tmp_path / "none"), "--no-probe",
+                     "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "source swe-rebench" in err and "sessions.mirror" in err and "huggingface.co" in err
+
+
+def test_probe_failure_is_reported(monkeypatch, tmp_path: Path):
+    from ostinato.sessions import sources
+
+    monkeypatch.setattr(sources, "probe_url", lambda url, timeout_s=5.0: "ConnectError: no network")
+    with pytest.raises(FileNotFoundError, match="unreachable \\(ConnectError: no network\\)"):
+        sources.resolve_source("swe-mini", tmp_path, None, None)
+    monkeypatch.setattr(sources, "probe_url", lambda url, timeout_s=5.0: None)
+    with pytest.raises(FileNotFoundError, match="reachable but this artifact does not download it"):
+        sources.resolve_source("swe-mini", tmp_path, None, None)
+
+
+def test_jsonl_stays_compatible(tmp_path: Path):
+    old = {"session": "a", "source": "tau2", "tokenizer": "byte", "template": "chatml", "requests": [
+        {"turn": 0, "kind": "first", "n_new": 2, "n_output": 1, "new_token_ids": [1, 2], "output_token_ids": [3]}]}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    (s,) = read_sessions_jsonl(path)
+    assert s.requests[0].n_output_recorded is None and s.meta == {}
+    assert s.requests[0].to_json()["n_output_recorded"] is None
+
+
+def test_table2_notebook_runs_under_papermill(tmp_path: Path):
+    pytest.importorskip("papermill")
+    nb = REPO / "notebooks" / "table2.ipynb"
+    code = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    assert all(src in (REPO / "notebooks" / "table2.py").read_text() for src in code), "jupytext --sync"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    params = [f"{k}={v}" for k, v in {
+        "swe_table": DATA / "swe-mini.turns.csv", "tau2_table": DATA / "tau2.turns.csv", "splits": DATA / "splits.json",
+        "paper_csv": REPO / "data" / "paper" / "table2.csv", "figures_dir": tmp_path / "figures",
+        "tables_dir": tmp_path / "tables"}.items()]
+    res = subprocess.run([sys.executable, "-m", "papermill", str(nb), str(tmp_path / "out.ipynb"), "-k", "python3",
+                          *[a for p in params for a in ("-p", *p.split("=", 1))]],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for name in ("figures/table2.pdf", "figures/table2.png", "tables/table2.csv", "tables/table2.md"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    import pandas as pd
+
+    t = pd.read_csv(tmp_path / "tables" / "table2.csv")
+    assert list(t["series"].unique()) == ["paper", "derived (swe-mini, tau2; deepseek)"]
+    paper = t[t["series"] == "paper"].set_index("set")
+    assert paper.loc["swe-heldout", "turns"] == 893 and paper.loc["tau2-dev", "output_tokens"] == 32931
+    derived = t[t["series"] != "paper"].set_index("set")
+    assert derived.loc["swe-screening", "turns"] == 60 and derived.loc["tau2-heldout", "sessions"] == 60
+
+
+def test_sessions_rules_in_the_dag():
+    exe = Path(sys.executable).parent / "snakemake"
+    env = {**os.environ, "PATH": f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([str(exe), "-n", "--quiet", "rules", "--cores", "1", "--forceall", "figures/table2.pdf",
+                           "results/sessions/tau2-few.jsonl"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rule in ("get_traces", "split_sessions", "build_sessions", "render_table2"):
+        assert rule in proc.stdout, rule

@@ -75,3 +75,64 @@ def server_env(engine):
     """`ostinato replay run` environment options of one configured engine."""
     env = config["replay"]["engines"][engine].get("env", {})
     return " ".join(f"--env {k}={v}" for k, v in env.items())
+
+
+# --- sessions (issue 3): trace sources, splits, Table 2 ---------------------------------------------
+SESSION_SOURCES = ("swe-mini", "tau2", "swe-rebench")
+SPLIT_SOURCES = ("swe-mini", "tau2")  # the tables the Table 2 splits are drawn from
+
+
+def sessions_cfg(key, default):
+    """A `sessions.<key>` setting, with its default when the config does not set it."""
+    return config["sessions"].get(key, default)
+
+
+def sessions_tables_dir():
+    """Folder of the per-turn tables the splits and Table 2 read: derived here, or the committed ones."""
+    return "results/sessions/tables" if sessions_cfg("derive_tables", False) else sessions_cfg("tables", "data/sessions")
+
+
+def session_table(source):
+    """Per-turn table of one source as the splits and Table 2 read it."""
+    return f"{sessions_tables_dir()}/{source}.turns.csv"
+
+
+def committed_table(source):
+    """The committed per-turn table of one source (the fallback of `get_traces`)."""
+    return f"{sessions_cfg('tables', 'data/sessions')}/{source}.turns.csv"
+
+
+def mirror_opt():
+    """`--mirror` of `ostinato sessions get` (nothing when `sessions.mirror` is empty)."""
+    mirror = config["sessions"].get("mirror", "")
+    return f"--mirror {mirror}" if mirror else ""
+
+
+def source_url_opt(source):
+    """`--url` of `ostinato sessions get` when the config overrides a source's canonical URL."""
+    url = sessions_cfg("urls", {}).get(source, "")
+    return f"--url {url}" if url else ""
+
+
+def session_set_inputs(name):
+    """Inputs of `build_sessions` for one set: its source's manifest, and the split file if the set uses one."""
+    s = config["sessions"]["sets"][name]
+    inputs = {"traces": f"results/sessions/traces/{s['source']}.json"}
+    if s.get("split"):
+        inputs["split"] = "results/sessions/splits.json"
+    return inputs
+
+
+def session_build_opts(name):
+    """`ostinato sessions build` options of one set beyond `session_opts`: split set, output count, seed."""
+    s = config["sessions"]["sets"][name]
+    opts = [session_opts(name)]
+    if s.get("split"):
+        opts.append(f"--split results/sessions/splits.json --split-set {s['split']}")
+    opts.append(f"--output-count {s.get('output_count', 'recorded')} --seed {s.get('seed', 0)}")
+    return " ".join(o for o in opts if o)
+
+
+def table2_targets():
+    """Outputs of the Table 2 notebook (to add to `rule all`)."""
+    return ["figures/table2.pdf", "figures/table2.png", "tables/table2.csv", "tables/table2.md"]

@@ -1,7 +1,65 @@
-# Stage 3, sessions: agent sessions from public traces (a local mirror) as requests of token ids.
+# Stage 3, sessions: public agent traces (local mirror, canonical URL, or the committed per-turn tables)
+# → per-turn tables → Table 2 splits → session sets as requests of token ids; the Table 2 notebook.
+
+
+rule get_traces:
+    output:
+        "results/sessions/traces/{source}.json",
+    log:
+        "results/sessions/traces/{source}.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        source=name_pattern(SESSION_SOURCES),
+    params:
+        mirror=mirror_opt(),
+        table=lambda w: committed_table(w.source),
+        url=lambda w: source_url_opt(w.source),
+        probe="" if sessions_cfg("probe_urls", True) else "--no-probe",
+    shell:
+        "ostinato sessions get --source {wildcards.source} {params.mirror} --table {params.table} "
+        "{params.url} {params.probe} --out {output} > {log} 2>&1"
+
+
+rule derive_tables:
+    input:
+        traces="results/sessions/traces/{source}.json",
+    output:
+        table="results/sessions/tables/{source}.turns.csv",
+        provenance="results/sessions/tables/{source}.provenance.json",
+    log:
+        "results/sessions/tables/{source}.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        source=name_pattern(SESSION_SOURCES),
+    params:
+        mirror=config["sessions"]["mirror"],
+    shell:
+        "ostinato sessions tables --source {wildcards.source} --mirror {params.mirror} --no-progress "
+        "--provenance {output.provenance} --out {output.table} > {log} 2>&1"
+
+
+rule split_sessions:
+    input:
+        swe=session_table("swe-mini"),
+        tau2=session_table("tau2"),
+    output:
+        "results/sessions/splits.json",
+    log:
+        "results/sessions/split_sessions.log",
+    conda:
+        "../../environment.yml"
+    params:
+        seed=sessions_cfg("split_seed", 0),
+    shell:
+        "ostinato sessions split --swe-table {input.swe} --tau2-table {input.tau2} --seed {params.seed} "
+        "--out {output} > {log} 2>&1"
 
 
 rule build_sessions:
+    input:
+        unpack(lambda w: session_set_inputs(w.set)),
     output:
         "results/sessions/{set}.jsonl",
     log:
@@ -12,8 +70,36 @@ rule build_sessions:
         set=name_pattern(config["sessions"]["sets"]),
     params:
         source=lambda w: config["sessions"]["sets"][w.set]["source"],
-        mirror=config["sessions"]["mirror"],
-        opts=lambda w: session_opts(w.set),
+        opts=lambda w: session_build_opts(w.set),
     shell:
-        "ostinato sessions build --source {params.source} --mirror {params.mirror} {params.opts} "
+        "ostinato sessions build --source {params.source} --traces {input.traces} {params.opts} --no-progress "
         "--out {output} > {log} 2>&1"
+
+
+rule render_table2:
+    input:
+        notebook="notebooks/table2.ipynb",
+        swe=session_table("swe-mini"),
+        tau2=session_table("tau2"),
+        splits="results/sessions/splits.json",
+        paper="data/paper/table2.csv",
+    output:
+        params="results/sessions/table2.params.yaml",
+        notebook="results/sessions/table2.ipynb",
+        pdf="figures/table2.pdf",
+        png="figures/table2.png",
+        csv="tables/table2.csv",
+        md="tables/table2.md",
+    log:
+        "results/sessions/render_table2.log",
+    conda:
+        "../../environment.yml"
+    params:
+        tokenizer=config["sessions"].get("table2", {}).get("tokenizer", "deepseek"),
+        output_count=config["sessions"].get("table2", {}).get("output_count", "recorded"),
+    shell:
+        "(ostinato figures params --out {output.params} --set swe_table={input.swe} --set tau2_table={input.tau2} "
+        "--set splits={input.splits} --set paper_csv={input.paper} --set tokenizer={params.tokenizer} "
+        "--set output_count={params.output_count} --set figures_dir=figures --set tables_dir=tables "
+        "--set output_stem=table2 "
+        "&& papermill {input.notebook} {output.notebook} -f {output.params} --log-output) > {log} 2>&1"

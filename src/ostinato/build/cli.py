@@ -56,8 +56,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _cmd_tree(args: argparse.Namespace) -> int:
     repo = Path(args.repo).resolve()
+    built = sorted((repo / "build" / "engine").glob("*/tree"))
     dest = make_tree(repo, Path(args.dir).resolve(), args.stage, repo / "build" / "cache",
-                     Path(args.sdist) if args.sdist else None)
+                     Path(args.sdist) if args.sdist else None, base_tree=built[0] if built else None)
     print(f"{dest}: branch 'work' at the {args.stage} stage; edit, commit, then "
           f"`ostinato engine export --dir {args.dir} --stage {args.stage}`")
     return 0

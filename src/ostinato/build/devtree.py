@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 from ostinato.build.gitutil import git
 from ostinato.build.patches import STAGES, apply_stage, src_files
 from ostinato.build.pin import load_pin
-from ostinato.build.source import UPSTREAM_TAG, fetch_sdist, unpack_tree
+from ostinato.build.source import UPSTREAM_TAG, fetch_sdist, has_tree, unpack_tree
 
 
 def _base_tag(stage: str) -> str:
@@ -16,10 +17,13 @@ def _base_tag(stage: str) -> str:
     return UPSTREAM_TAG if i <= 1 else f"stage/{STAGES[i - 1]}"
 
 
-def make_tree(repo: Path, dest: Path, stage: str, cache: Path, sdist: Path | None = None) -> Path:
-    """Unpack the pinned tree at dest and apply every stage up to `stage`, one commit per patch.
+def make_tree(repo: Path, dest: Path, stage: str, cache: Path, sdist: Path | None = None,
+              base_tree: Path | None = None) -> Path:
+    """Make a tree at dest with every stage up to `stage` applied, one commit per patch.
 
-    Earlier stages are tagged `stage/<name>`; HEAD is the branch `work` at the requested stage.
+    The pinned tree comes from a clone of `base_tree` (an engine build's tree, whose first commit is
+    tagged `upstream`) when given, else from the sdist. Earlier stages are tagged `stage/<name>`;
+    HEAD is the branch `work` at the requested stage.
     """
     if stage == "upstream" or stage not in STAGES:
         raise ValueError(f"--stage must be one of {', '.join(STAGES[1:])}, got {stage!r}")
@@ -27,8 +31,12 @@ def make_tree(repo: Path, dest: Path, stage: str, cache: Path, sdist: Path | Non
     pin = load_pin(engine / "pin.json")
     if dest.exists():
         raise FileExistsError(f"{dest} exists; remove it or choose another --dir")
-    unpack_tree(fetch_sdist(pin, cache, sdist), pin, dest)
-    git(dest, "checkout", "-q", "-b", "work")
+    if base_tree is not None and has_tree(base_tree):
+        subprocess.run(["git", "clone", "-q", "--no-checkout", str(base_tree), str(dest)], check=True)
+        git(dest, "checkout", "-q", "-b", "work", UPSTREAM_TAG)
+    else:
+        unpack_tree(fetch_sdist(pin, cache, sdist), pin, dest)
+        git(dest, "checkout", "-q", "-b", "work")
     for s in STAGES[1 : STAGES.index(stage) + 1]:
         apply_stage(dest, engine, s)
         git(dest, "tag", "-f", f"stage/{s}")

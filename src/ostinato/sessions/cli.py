@@ -14,12 +14,12 @@ from ostinato.sessions.readers import SOURCES, iter_source
 from ostinato.sessions.tokenize import TOKENIZERS, Caps, resolve_tokenizer, tokenize_session
 
 
-def _positive(value: str) -> int:
-    """argparse type: an integer ≥ 1."""
+def _cap(value: str) -> int | None:
+    """argparse type of a cap: an integer ≥ 0, where 0 means no cap (as in the config)."""
     n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return n
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (0 = no cap), got {value}")
+    return n or None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,10 +48,10 @@ def _register_build(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--output-count", default="recorded", choices=("recorded", "text"),
                    help="output length: the trace's recorded completion tokens where present (default), or the text's")
     b.add_argument("--seed", type=int, default=0, help="seed of synthesized ids (table mode, recorded padding)")
-    b.add_argument("--max-requests", type=_positive, default=None, help="keep at most this many requests per session")
-    b.add_argument("--max-new-tokens", type=_positive, default=None, help="cap the new input tokens of each request")
-    b.add_argument("--max-output-tokens", type=_positive, default=None, help="cap the output tokens of each request")
-    b.add_argument("--max-context-tokens", type=_positive, default=None,
+    b.add_argument("--max-requests", type=_cap, default=None, help="keep at most this many requests per session (0 = all)")
+    b.add_argument("--max-new-tokens", type=_cap, default=None, help="cap the new input tokens of each request (0 = no cap)")
+    b.add_argument("--max-output-tokens", type=_cap, default=None, help="cap the output tokens of each request (0 = no cap)")
+    b.add_argument("--max-context-tokens", type=_cap, default=None,
                    help="end a session before the request that would pass this context (e.g. the server's -c)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--out", required=True, type=Path, help="output JSONL file (one session per line)")
@@ -195,8 +195,10 @@ def run_tables(args: argparse.Namespace) -> int:
     if args.provenance is not None:
         from ostinato.sessions.provenance import table_entry, update_provenance
 
+        command = (f"sessions tables --source {args.source} --mirror {args.mirror} --tokenizers "
+                   f"{' '.join(args.tokenizers)} --provenance {args.provenance} --out {args.out}")
         entry = table_entry(args.source, args.out, args.mirror, len(counter["files"]), counter["sessions"], n,
-                            list(args.tokenizers))
+                            list(args.tokenizers), argv=command.split())
         update_provenance(args.provenance, args.source, entry)
     print(f"wrote {n} rows of {counter['sessions']} sessions to {args.out}", file=sys.stderr)
     return 0
@@ -211,7 +213,9 @@ def run_split(args: argparse.Namespace) -> int:
     sets = make_splits(read_table(args.swe_table), read_table(args.tau2_table), spec, swe_source=args.swe_source)
     tables = {args.swe_source: {"table": args.swe_table.name, "sha256": sha256_file(args.swe_table)},
               "tau2": {"table": args.tau2_table.name, "sha256": sha256_file(args.tau2_table)}}
-    write_splits(sets, spec, args.out, tables, command="ostinato " + " ".join(sys.argv[1:]))
+    command = (f"ostinato sessions split --swe-table {args.swe_table} --tau2-table {args.tau2_table} "
+               f"--swe-source {args.swe_source} --seed {args.seed} --out {args.out}")
+    write_splits(sets, spec, args.out, tables, command=command)
     for name, s in sets.items():
         print(f"{name}: {len(s.sessions)} sessions" + (f", first {s.max_requests} turns" if s.max_requests else ""),
               file=sys.stderr)
