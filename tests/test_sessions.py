@@ -1,8 +1,14 @@
-"""Tests of the session readers, chat framing, tokenization and `ostinato sessions build`."""
+"""Tests of the session readers (tau2, mini-swe-agent, SWE-rebench), tokenization, per-turn tables, synthesized ids,
+splits, source resolution, `ostinato sessions` commands, the sessions rules and the Table 2 notebook."""
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +22,16 @@ from ostinato.sessions import (
     resolve_tokenizer,
     tokenize_session,
 )
-from ostinato.sessions.readers import iter_source, load_tau2_file, tau2_sessions
+from ostinato.sessions.readers import TraceError, iter_source, load_tau2_file, tau2_sessions
+from ostinato.sessions.rebench import read_swe_rebench
+from ostinato.sessions.splits import SplitSpec, make_splits, read_splits
+from ostinato.sessions.synth import IDS_SYNTHESIZED, normal_token_ids, synthesize_session
+from ostinato.sessions.tables import TurnRow, read_table
 
+REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
+DATA = REPO / "data" / "sessions"
+REBENCH = FIXTURES / "swe-rebench" / "rows.jsonl"
 
 
 def cli_main(argv: list[str]) -> int:
@@ -143,22 +156,6 @@ def test_mirror_root_or_source_folder_give_the_same_sessions():
 
 # --- issue 3: SWE-rebench reader, recorded counts, tables, synthesized ids, splits, sources, Table 2 ---------
 
-import csv  # noqa: E402
-import hashlib  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-from ostinato.sessions.model import Message, Session  # noqa: E402
-from ostinato.sessions.readers import TraceError  # noqa: E402
-from ostinato.sessions.rebench import read_swe_rebench  # noqa: E402
-from ostinato.sessions.splits import SplitSpec, make_splits, read_splits  # noqa: E402
-from ostinato.sessions.synth import IDS_SYNTHESIZED, normal_token_ids, synthesize_session  # noqa: E402
-from ostinato.sessions.tables import TurnRow, read_table  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "data" / "sessions"
-REBENCH = FIXTURES / "swe-rebench" / "rows.jsonl"
 
 
 def write_json(path: Path, obj: object) -> Path:
