@@ -1,0 +1,98 @@
+"""`ostinato residency ...`: routing profiles, the capacity test and residency plans (Prop 3.1)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ostinato.atomic import atomic_open
+from ostinato.residency.capacity import (Capacity, capacity_test, load_memory_model, longest_request_tokens,
+                                         split_layers)
+from ostinato.residency.planfile import PlanFile, write_plan
+from ostinato.residency.planner import plan_frequency
+from ostinato.residency.profile import profile_from_traces, read_profile, write_profile
+from ostinato.residency.summary import plan_summary
+
+
+def _write_json(path: str, doc: dict) -> None:
+    with atomic_open(Path(path), "w") as f:
+        f.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    prof = profile_from_traces(args.trace)
+    write_profile(args.out, prof)
+    print(json.dumps({"out": args.out, "n_pos": prof.n_pos, "routes": prof.total_routes(),
+                      "moe_layers": len(prof.moe_layers())}))
+    return 0
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    m = load_memory_model(args.memory)
+    if args.kv_tokens_from:
+        from dataclasses import replace
+        m = replace(m, kv_tokens=longest_request_tokens(args.kv_tokens_from))
+    cap = capacity_test(m)
+    with atomic_open(Path(args.out), "w") as f:
+        f.write(cap.to_json() + "\n")
+    print(json.dumps({"slots": cap.slots, "pool_bytes": cap.pool_bytes, "kv_tokens": m.kv_tokens,
+                      "notes": cap.notes}))
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    dev = read_profile(args.profile)
+    n_layer = dev.shape.n_layer
+    if args.capacity:
+        cap = Capacity.from_json(Path(args.capacity).read_text(encoding="utf-8"))
+        layer_gpu, pool, eb = np.asarray(cap.layer_gpu[:n_layer]), cap.pool_bytes, np.asarray(cap.expert_bytes)
+        if eb.size != n_layer:
+            raise ValueError(f"capacity has {eb.size} layers, the profile {n_layer}")
+    else:
+        if not args.slots or not args.expert_bytes:
+            raise ValueError("give --capacity, or --slots and --expert-bytes")
+        slots = [int(x) for x in args.slots.split(",")]
+        layer_gpu = split_layers(n_layer, [1] * len(slots))[:n_layer]
+        eb = np.where(dev.counts.sum(axis=1) > 0, int(float(args.expert_bytes)), 0)
+        pool = [s * int(float(args.expert_bytes)) for s in slots]
+    plan = plan_frequency(dev.counts, layer_gpu, eb, pool)
+    pf = PlanFile(args.model_name, n_layer, dev.shape.n_expert, dev.shape.n_expert_used, [int(x) for x in eb],
+                  [[int(l) for l in np.flatnonzero(layer_gpu == j)] for j in range(len(pool))],
+                  [int(x) for x in pool], plan.gpu_slots, dev.sha256())
+    cs = write_plan(args.out, pf)
+    held = read_profile(args.heldout) if args.heldout else None
+    summ = plan_summary(plan.hot, layer_gpu, dev, held)
+    summ.update({"checksum": cs, "class_split": [{str(k): v for k, v in d.items()} for d in plan.class_split]})
+    if args.summary:
+        _write_json(args.summary, summ)
+    print(json.dumps({k: summ[k] for k in ("n_resident", "dev_coverage", "checksum")}
+                     | ({"heldout_coverage": summ["heldout_coverage"]} if held else {})))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `residency` group."""
+    p = sub.add_parser("residency", help="routing profiles, capacity test and residency plans")
+    g = p.add_subparsers(dest="residency_cmd", required=True)
+    s = g.add_parser("profile", help="count routes per (layer, expert) from routing traces")
+    s.add_argument("--trace", nargs="+", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_cmd_profile)
+    c = g.add_parser("capacity", help="expert slots per GPU from a memory model (YAML)")
+    c.add_argument("--memory", required=True)
+    c.add_argument("--kv-tokens-from", help="sessions JSONL: use its longest request as kv_tokens")
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=_cmd_capacity)
+    q = g.add_parser("plan", help="frequency-ranked residency plan file and summary")
+    q.add_argument("--profile", required=True, help="development routing profile (JSON)")
+    q.add_argument("--capacity", help="capacity JSON from `residency capacity`")
+    q.add_argument("--slots", help="comma list of slots per GPU (instead of --capacity; equal layer split)")
+    q.add_argument("--expert-bytes", help="bytes of one expert (with --slots)")
+    q.add_argument("--model-name", default="")
+    q.add_argument("--heldout", help="held-out routing profile, for the summary's coverage")
+    q.add_argument("--out", required=True)
+    q.add_argument("--summary")
+    q.set_defaults(func=_cmd_plan)

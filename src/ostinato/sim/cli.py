@@ -1,0 +1,126 @@
+"""`ostinato sim run`: replay sessions with their routing through the cost model of each engine policy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ostinato.atomic import atomic_open
+from ostinato.costmodel.analysis import layer_costs_for
+from ostinato.costmodel.params import load_profile
+from ostinato.residency.planfile import read_plan
+from ostinato.residency.planner import plan_per_layer
+from ostinato.routing.trace import read_trace
+from ostinato.sim import policies as pol
+from ostinato.sim.params import paper_illustrative
+from ostinato.sim.run import load_sim_params, read_sessions, routing_file, sim_params_dict, simulate
+
+POLICIES = ("ostinato", "resident-native", "resident-native-inturn", "static-uniform", "llama-layers",
+            "llama-expert-cache", "buun")
+
+
+def _policies(names: list[str], hot: np.ndarray, per_layer: int, gpu_layers: int, cache_slots: int,
+              layer_device: np.ndarray, borrowed: int = 0, decode_delta: float = 0.0) -> list:
+    out = []
+    n_layer = hot.shape[0]
+    for n in names:
+        if n == "ostinato":
+            out.append(pol.ostinato(hot, borrowed, decode_delta))
+        elif n == "resident-native":
+            out.append(pol.resident_native(hot, True))
+        elif n == "resident-native-inturn":
+            out.append(pol.resident_native(hot, False))
+        elif n == "static-uniform":
+            out.append(pol.static_per_layer(_uniform(hot, per_layer)))
+        elif n == "llama-layers":
+            g = np.zeros(n_layer, dtype=bool)
+            if gpu_layers:
+                g[-gpu_layers:] = True       # --n-cpu-moe style: the first layers' experts stay on the CPU
+            out.append(pol.llama_layers(g))
+        elif n == "llama-expert-cache":
+            out.append(pol.llama_expert_cache(cache_slots, layer_device))
+        elif n == "buun":
+            out.append(pol.buun(hot))
+        else:
+            raise ValueError(f"unknown policy {n!r} (known: {', '.join(POLICIES)})")
+    return out
+
+
+def _uniform(hot: np.ndarray, per_layer: int) -> np.ndarray:
+    """per_layer experts of each layer by id (KTransformers' default placement does not rank; see --uniform-from-profile)."""
+    u = np.zeros_like(hot)
+    u[:, :per_layer] = True
+    return u
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    plan = read_plan(args.plan)
+    eb = np.asarray(plan.expert_bytes)
+    layers = np.flatnonzero(eb > 0)
+    m = load_profile(args.profile).model(args.model)
+    c = layer_costs_for(m, eb[layers])
+    p = load_sim_params(args.sim_params) if args.sim_params else paper_illustrative(m)
+    hot = plan.hot_mask()[layers]
+    if args.uniform_from_profile:
+        from ostinato.residency.profile import read_profile
+        uni = plan_per_layer(read_profile(args.uniform_from_profile).counts[layers], args.per_layer)
+    else:
+        uni = None
+    names = args.policies.split(",")
+    layer_device = np.full(plan.n_layer, -1)
+    for j, ls in enumerate(plan.gpu_layers):
+        layer_device[ls] = j
+    layer_device = layer_device[layers]
+    n_gpu = max(len(plan.slots), 1)
+    slots = args.cache_slots if args.cache_slots is not None else -(-int(hot.sum()) // n_gpu)
+    gpu_layers = args.gpu_layers if args.gpu_layers is not None else int(hot.sum()) // plan.n_expert
+    pols = _policies(names, hot, args.per_layer, gpu_layers, slots, layer_device, args.borrowed_slots,
+                     args.ostinato_decode_delta_ms)
+    if uni is not None:
+        pols = [pol.static_per_layer(uni) if x.name == "static-uniform" else x for x in pols]
+    sessions = read_sessions(args.sessions)
+    if args.select:
+        sessions = sessions[: args.select]
+    routing = {}
+    for sid, _ in sessions:
+        t = read_trace(routing_file(args.routing_dir, sid))
+        routing[sid] = np.asarray(t.ids[:, layers, :]).astype(np.int64)
+    req, ses = simulate(sessions, routing, plan.n_expert, pols, c, p)
+    for path, df in ((args.out_requests, req), (args.out_sessions, ses)):
+        with atomic_open(Path(path), "w") as f:
+            df.to_csv(f, index=False)
+    if args.params_out:
+        with atomic_open(Path(args.params_out), "w") as f:
+            f.write(json.dumps({"sim_params": sim_params_dict(p), "profile": args.profile, "model": args.model,
+                                "plan": args.plan, "policies": names}, indent=2) + "\n")
+    print(ses.groupby("engine", sort=False)[["total_s", "prefill_s", "decode_s"]].sum().to_string())
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `sim` group."""
+    p = sub.add_parser("sim", help="trace-driven simulator of the engine policies")
+    g = p.add_subparsers(dest="sim_cmd", required=True)
+    r = g.add_parser("run", help="simulate sessions under several policies")
+    r.add_argument("--sessions", required=True, help="sessions JSONL (kind, n_new, n_output per request)")
+    r.add_argument("--routing-dir", required=True, help="one trace per session: <session, / -> __>.route")
+    r.add_argument("--plan", required=True, help="residency plan (Ostinato's set; buun's warm start)")
+    r.add_argument("--profile", default="paper-4x4090d")
+    r.add_argument("--model", default="deepseek-v4-flash")
+    r.add_argument("--sim-params", help="YAML of SimParams fields (default: the illustrative paper constants)")
+    r.add_argument("--policies", default=",".join(POLICIES))
+    r.add_argument("--per-layer", type=int, default=58, help="experts per layer of static-uniform")
+    r.add_argument("--uniform-from-profile", help="routing profile ranking static-uniform's experts")
+    r.add_argument("--gpu-layers", type=int, help="whole MoE layers on the GPU for llama-layers")
+    r.add_argument("--cache-slots", type=int, help="LRU expert-cache slots per GPU (default: the plan's, evenly)")
+    r.add_argument("--borrowed-slots", type=int, default=0, help="Ostinato's borrowed decode slots (one pool)")
+    r.add_argument("--ostinato-decode-delta-ms", type=float, default=0.0,
+                   help="per-step offset of Ostinato's decode (e.g. the decode graph's saving)")
+    r.add_argument("--select", type=int, default=0)
+    r.add_argument("--out-requests", required=True)
+    r.add_argument("--out-sessions", required=True)
+    r.add_argument("--params-out")
+    r.set_defaults(func=_cmd_run)

@@ -1,0 +1,64 @@
+"""Engine policies the simulator models: where experts live and how each kind of forward pass uses them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One engine configuration.
+
+    residency: "static" (hot mask fixed for the run), "layers" (whole MoE layers on the GPU, given by
+    gpu_layers), "lru" (an LRU expert cache of cache_slots shared by the layers, serving passes <= cache_max_pass
+    tokens, uploading misses) or "decay" (buun: decaying-count cache for decode only, warmed with `hot`,
+    misses on the CPU, admissions in the background).
+    prefill: "paths" (split below Np, upload at or above), "native" (all cold routes on the CPU below Np, upload of
+    the distinct cold experts at or above: the resident experts are ignored by passes > cache_max_pass).
+    decode_overlap: CPU and GPU branches concurrently (max(C, G)) or in turn (C + G).
+    """
+
+    name: str
+    residency: str
+    prefill: str
+    decode_overlap: bool
+    hot: np.ndarray | None = None           # bool [n_layer, n_expert] (static, decay warm start)
+    gpu_layers: np.ndarray | None = None    # bool [n_layer] (layers)
+    cache_slots: int = 0                    # lru: slots per cache
+    layer_device: np.ndarray | None = None  # lru: device of each layer (one cache per device); None: one cache
+    borrowed_slots: int = 0                 # static: one pool of decode-only slots, filled by decaying scores
+    decode_delta_ms: float = 0.0            # per-step offset (e.g. the decode graph's saving, Table 8c)
+
+
+def ostinato(hot: np.ndarray, borrowed_slots: int = 0, decode_delta_ms: float = 0.0) -> Policy:
+    """Resident experts in every pass: split/upload prefill paths, overlapped decode (optionally borrowed slots)."""
+    return Policy("ostinato", "static", "paths", True, hot=hot, borrowed_slots=borrowed_slots,
+                  decode_delta_ms=decode_delta_ms)
+
+
+def resident_native(hot: np.ndarray, overlap: bool = True) -> Policy:
+    """Ablation: resident experts for decode, llama.cpp's native prefill."""
+    return Policy("resident-native" + ("" if overlap else "-inturn"), "static", "native", overlap, hot=hot)
+
+
+def static_per_layer(hot: np.ndarray) -> Policy:
+    """A static uniform per-layer split (KTransformers' default placement) with split/upload prefill and overlap."""
+    return Policy("static-uniform", "static", "paths", True, hot=hot)
+
+
+def llama_layers(gpu_layers: np.ndarray) -> Policy:
+    """llama.cpp layer placement: whole MoE layers on the GPU; passes >= Np upload the CPU layers' experts."""
+    return Policy("llama-layers", "layers", "native", False, gpu_layers=np.asarray(gpu_layers, dtype=bool))
+
+
+def llama_expert_cache(slots: int, layer_device: np.ndarray | None = None) -> Policy:
+    """llama.cpp expert cache: LRU shared by the layers of each device, passes <= 32 tokens, misses uploaded."""
+    return Policy("llama-expert-cache", "lru", "native", False, cache_slots=slots,
+                  layer_device=None if layer_device is None else np.asarray(layer_device))
+
+
+def buun(warm_hot: np.ndarray) -> Policy:
+    """buun: decaying-count cache for decode, warmed from the profile; upload threshold Np; overlap on."""
+    return Policy("buun", "decay", "native", True, hot=warm_hot)

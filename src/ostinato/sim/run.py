@@ -1,0 +1,70 @@
+"""Simulate many sessions under many policies: per-request and per-session tables (pandas)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ostinato.costmodel.decode import LayerCosts
+from ostinato.sim.engine import Request, simulate_session
+from ostinato.sim.params import SimParams
+from ostinato.sim.policies import Policy
+
+
+def read_sessions(path: str | os.PathLike) -> list[tuple[str, list[Request]]]:
+    """(session id, requests) from a sessions JSONL file (fields session, requests[kind, n_new, n_output])."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                d = json.loads(line)
+                out.append((d["session"], [Request(r["kind"], int(r["n_new"]), int(r["n_output"]))
+                                           for r in d["requests"]]))
+    return out
+
+
+def routing_file(routing_dir: str | os.PathLike, session: str) -> Path:
+    """The routing trace of a session: <dir>/<session id, '/' -> '__'>.route."""
+    return Path(routing_dir) / (session.replace("/", "__") + ".route")
+
+
+def simulate(sessions: list[tuple[str, list[Request]]], routing: dict[str, np.ndarray], n_expert: int,
+             policies: list[Policy], c: LayerCosts, p: SimParams) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-request rows (engine, session, turn, ...) and per-session totals for every policy."""
+    rows = []
+    for pol in policies:
+        for sid, reqs in sessions:
+            for i, r in enumerate(simulate_session(reqs, routing[sid], n_expert, pol, c, p)):
+                rows.append({"engine": pol.name, "session": sid, "turn": i, **r})
+    req = pd.DataFrame(rows)
+    if req.empty:
+        return req, pd.DataFrame()
+    g = req.groupby(["engine", "session"], sort=False)
+    ses = g.agg(n_requests=("turn", "size"), total_s=("total_ms", "sum"), prefill_s=("prefill_ms", "sum"),
+                decode_s=("decode_ms", "sum"), ttft_median_s=("ttft_ms", "median"),
+                tpot_median_ms=("tpot_ms", "median")).reset_index()
+    for col in ("total_s", "prefill_s", "decode_s", "ttft_median_s"):
+        ses[col] = ses[col] / 1e3
+    return req, ses
+
+
+def load_sim_params(path: str | os.PathLike) -> SimParams:
+    """SimParams from a YAML mapping of its field names."""
+    with open(path, encoding="utf-8") as f:
+        d = yaml.safe_load(f)
+    names = {x.name for x in fields(SimParams)}
+    unknown = set(d) - names
+    if unknown:
+        raise ValueError(f"{path}: unknown simulator parameters {sorted(unknown)}")
+    return SimParams(**d)
+
+
+def sim_params_dict(p: SimParams) -> dict:
+    """SimParams as a plain mapping (for logs and YAML)."""
+    return asdict(p)

@@ -1,0 +1,179 @@
+"""Simulator: pass splitting, hand-computed request times per policy, Eq. (1) in decode, sessions tables."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ostinato.costmodel.decode import LayerCosts, cold_routes, eq1_step_ms, mu_q
+from ostinato.costmodel.params import BranchCosts, load_profile
+from ostinato.sim.engine import Request, pass_sizes, simulate_session
+from ostinato.sim.params import SimParams, paper_illustrative
+from ostinato.sim.policies import (buun, llama_expert_cache, llama_layers, ostinato, resident_native,
+                                   static_per_layer)
+from ostinato.sim.run import read_sessions, simulate
+
+C = LayerCosts.uniform(2, BranchCosts(0.12, 0.14, 0.184, 0.137))
+P = SimParams(decode_other_ms=10.0, prefill_token_ms=1.0, prefill_pass_ms=5.0, cpu_route_ms=0.02,
+              cpu_layer_ms=0.1, gpu_route_ms=0.001, upload_expert_ms=0.5, n_ubatch=8, threshold=4,
+              cache_max_pass=2)
+
+
+def test_pass_sizes() -> None:
+    p = SimParams(1, 1, 1, 1, 1, 1, 1, n_ubatch=2048, checkpoint_tail=4)
+    assert pass_sizes(516, p) == [512, 4]
+    assert pass_sizes(5000, p) == [2048, 2048, 900, 4]
+    assert pass_sizes(1, p) == [1]
+    assert pass_sizes(10, SimParams(1, 1, 1, 1, 1, 1, 1, n_ubatch=4)) == [4, 4, 2]
+
+
+def _ids() -> np.ndarray:
+    # 2 layers, 4 experts, k = 2; positions: 3 new tokens, then 3 outputs (2 decode steps)
+    return np.array([[[0, 1], [0, 2]], [[0, 2], [1, 2]], [[1, 3], [0, 1]],
+                     [[0, 1], [0, 1]], [[2, 3], [0, 3]], [[0, 1], [2, 3]]])
+
+
+HOT = np.array([[True, True, False, False], [True, False, False, False]])
+
+
+def test_ostinato_split_path_and_overlapped_decode_by_hand() -> None:
+    rows = simulate_session([Request("first", 3, 3)], _ids(), 4, ostinato(HOT), C, P)
+    r = rows[0]
+    # prefill: 3 tokens < Np = 4 -> split path; cold routes: layer 0 -> (0,2),(1,3): 2 and 3 cold -> {2, 3 at pos1/2}
+    cold = cold_routes(_ids()[:3], HOT).sum(axis=0)
+    assert cold.tolist() == [2, 4]
+    expect = 5 + 3 * 1 + sum(0.1 + 0.02 * x + 0.001 * (6 - x) for x in cold)
+    assert r["prefill_ms"] == pytest.approx(expect) and r["ttft_ms"] == r["prefill_ms"]
+    # decode: steps feed outputs 0 and 1 (positions 3, 4); per step 10 + sum max(C(r), G)
+    rd = cold_routes(_ids()[3:5], HOT)
+    mu, q = mu_q(rd)
+    assert r["decode_ms"] == pytest.approx(2 * 10 + 2 * eq1_step_ms(mu, q, C))
+    assert r["tpot_ms"] == pytest.approx(r["decode_ms"] / 2)
+
+
+def test_upload_path_counts_distinct_cold_experts() -> None:
+    ids = _ids()
+    rows = simulate_session([Request("first", 4, 1)], ids, 4, ostinato(HOT), C, P)
+    # 4 tokens >= Np: distinct cold experts of positions 0-3: layer 0 {2, 3}, layer 1 {2, 1} -> 4 uploads
+    assert rows[0]["prefill_ms"] == pytest.approx(5 + 4 + 4 * 0.5 + 2 * 0.001 * 8)
+    assert rows[0]["decode_ms"] == 0 and np.isnan(rows[0]["tpot_ms"])
+
+
+def test_native_prefill_ignores_resident_experts_and_inturn_decode() -> None:
+    rows = simulate_session([Request("first", 3, 3)], _ids(), 4, resident_native(HOT, overlap=False), C, P)
+    assert rows[0]["prefill_ms"] == pytest.approx(5 + 3 + 2 * (0.1 + 0.02 * 6))
+    rd = cold_routes(_ids()[3:5], HOT)
+    assert rows[0]["decode_ms"] == pytest.approx(20 + (C.cpu(rd) + C.gpu).sum())
+
+
+def test_layers_policy() -> None:
+    rows = simulate_session([Request("first", 3, 3)], _ids(), 4, llama_layers(np.array([True, False])), C, P)
+    # prefill: layer 0 on the GPU (no cold routes), layer 1 all 6 routes on the CPU
+    assert rows[0]["prefill_ms"] == pytest.approx(5 + 3 + 0.001 * 6 + (0.1 + 0.02 * 6))
+    assert rows[0]["decode_ms"] == pytest.approx(2 * (10 + 0.137 + 0.14 + 0.184 * 2))
+
+
+def test_lru_cache_serves_small_passes_only() -> None:
+    ids = _ids()
+    rows = simulate_session([Request("first", 3, 3)], ids, 4, llama_expert_cache(slots=3), C, P)
+    # prefill of 3 tokens > cache_max_pass = 2: all routes on the CPU
+    assert rows[0]["prefill_ms"] == pytest.approx(5 + 3 + 2 * (0.1 + 0.02 * 6))
+    # decode step 1 (pos 3): L0:0, L0:1, L1:0 miss (cache of 3), L1:1 misses and evicts L0:0 -> 4 misses;
+    # step 2 (pos 4): L0:2, L0:3 miss (evict L0:1, L1:0), L1:0 misses (evicts L1:1), L1:3 misses -> 4 misses
+    t1 = 10 + 4 * 0.5 + 2 * 0.137
+    t2 = 10 + 2 * 0.5 + 2 * 0.5 + 2 * 0.137
+    assert rows[0]["decode_ms"] == pytest.approx(t1 + t2)
+
+
+def test_buun_admits_and_kv_reuse_positions() -> None:
+    rng = np.random.default_rng(0)
+    ids = np.stack([np.argsort(rng.random((300, 4)) * np.array([1, 1, 4, 8]), axis=1)[:, :2] for _ in range(2)], axis=1)
+    warm = np.array([[False, False, True, True]] * 2)     # warmed with the wrong experts
+    pol = buun(warm)
+    reqs = [Request("first", 5, 100), Request("tool", 10, 150)]
+    rows = simulate_session(reqs, ids, 4, pol, C, P)
+    assert len(rows) == 2 and rows[1]["decode_ms"] > 0
+    static = simulate_session(reqs, ids, 4, static_per_layer(warm), C, P)
+    assert sum(r["decode_ms"] for r in rows) < sum(r["decode_ms"] for r in static)  # the cache adapts
+    with pytest.raises(ValueError, match="positions"):
+        simulate_session([Request("first", 400, 10)], ids, 4, pol, C, P)
+
+
+def test_simulate_tables_and_read_sessions(tmp_path) -> None:
+    lines = [{"session": "swe/a", "requests": [{"kind": "first", "n_new": 3, "n_output": 2},
+                                               {"kind": "tool", "n_new": 1, "n_output": 0}]}]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ses = read_sessions(tmp_path / "s.jsonl")
+    assert ses[0][0] == "swe/a" and ses[0][1][1] == Request("tool", 1, 0)
+    req, tot = simulate(ses, {"swe/a": _ids()}, 4, [ostinato(HOT), resident_native(HOT)], C, P)
+    assert len(req) == 4 and set(tot["engine"]) == {"ostinato", "resident-native"}
+    o = tot[tot.engine == "ostinato"].iloc[0]
+    assert o["total_s"] * 1e3 == pytest.approx(req[req.engine == "ostinato"]["total_ms"].sum())
+
+
+def test_paper_illustrative_params() -> None:
+    m = load_profile("paper-4x4090d").model("deepseek-v4-flash")
+    p = paper_illustrative(m)
+    assert p.threshold == 512 and p.checkpoint_tail == 4 and p.upload_expert_ms == 1.20
+    # the split-path slope it encodes: 1.5 + 0.935 L cpu + (k - 0.935) L gpu = 3.2 ms per token
+    L, k = 43, 6
+    assert 1.5 + 0.935 * L * p.cpu_route_ms + (k - 0.935) * L * p.gpu_route_ms == pytest.approx(3.2)
+    assert p.gpu_route_ms > 0
+
+
+def test_cli_run(tmp_path) -> None:
+    import argparse
+
+    from ostinato.residency.planfile import PlanFile, write_plan
+    from ostinato.routing.trace import RoutingTrace, TraceShape, write_trace
+    from ostinato.sim import cli as sim_cli
+
+    rng = np.random.default_rng(0)
+    n_pos = 120
+    ids = np.full((n_pos, 3, 2), 0xFF, dtype=np.uint8)
+    for il in (1, 2):
+        ids[:, il, :] = np.argsort(rng.random((n_pos, 8)), axis=1)[:, :2]
+    write_trace(tmp_path / "swe__a.route", RoutingTrace(TraceShape(3, 8, 2), ids))
+    lines = [{"session": "swe/a", "requests": [{"kind": "first", "n_new": 60, "n_output": 20},
+                                               {"kind": "tool", "n_new": 10, "n_output": 30}]}]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    slots = [np.array([[1, 0], [1, 1], [1, 2]]), np.array([[2, 0], [2, 5]])]
+    write_plan(tmp_path / "plan.json", PlanFile("toy", 3, 8, 2, [0, 13400000, 13400000], [[0, 1], [2]],
+                                                [0, 0], slots))
+    (tmp_path / "p.yaml").write_text("decode_other_ms: 10\nprefill_token_ms: 1\nprefill_pass_ms: 5\n"
+                                     "cpu_route_ms: 0.02\ncpu_layer_ms: 0.1\ngpu_route_ms: 0.001\n"
+                                     "upload_expert_ms: 0.5\nthreshold: 32\n")
+    parser = argparse.ArgumentParser()
+    sim_cli.register(parser.add_subparsers(dest="group"))
+    a = parser.parse_args(["sim", "run", "--sessions", str(tmp_path / "s.jsonl"), "--routing-dir", str(tmp_path),
+                           "--plan", str(tmp_path / "plan.json"), "--sim-params", str(tmp_path / "p.yaml"),
+                           "--per-layer", "2", "--borrowed-slots", "2", "--out-requests", str(tmp_path / "r.csv"),
+                           "--out-sessions", str(tmp_path / "s.csv")])
+    assert a.func(a) == 0
+    import pandas as pd
+    s = pd.read_csv(tmp_path / "s.csv")
+    assert len(s) == 7 and (s["total_s"] > 0).all()
+
+
+def test_borrowed_slots_serve_next_steps_and_reset_before_prefill() -> None:
+    c1 = LayerCosts.uniform(1, BranchCosts(0.12, 0.14, 0.184, 0.137))
+    ids = np.zeros((10, 1, 1), dtype=np.int64)           # expert 0 every position
+    hot = np.zeros((1, 4), dtype=bool)
+    pol = ostinato(hot, borrowed_slots=1, decode_delta_ms=-1.0)
+    rows = simulate_session([Request("first", 1, 4), Request("tool", 1, 4)], ids, 4, pol, c1, P)
+    # each request: step 1 cold (C(1) = 0.324, admitted in the background), steps 2-3 hit (g = 0.137)
+    per_request = 3 * (10 - 1.0) + 0.324 + 2 * 0.137
+    assert [r["decode_ms"] for r in rows] == [pytest.approx(per_request)] * 2
+    plain = simulate_session([Request("first", 1, 4)], ids, 4, ostinato(hot), c1, P)
+    assert plain[0]["decode_ms"] == pytest.approx(3 * (10 + 0.324))
+
+
+def test_lru_one_cache_per_device() -> None:
+    ids = np.zeros((4, 2, 1), dtype=np.int64)   # layers 0 and 1 both route expert 0
+    shared = simulate_session([Request("first", 1, 3)], ids, 2, llama_expert_cache(1), C, P)
+    per_dev = simulate_session([Request("first", 1, 3)], ids, 2, llama_expert_cache(1, np.array([0, 1])), C, P)
+    # prefill (1 token <= cache_max_pass) fills the caches; shared: the two layers evict each other every time
+    assert shared[0]["decode_ms"] == pytest.approx(2 * (10 + 2 * 0.5 + 2 * 0.137))
+    assert per_dev[0]["decode_ms"] == pytest.approx(2 * (10 + 2 * 0.137))
