@@ -28,8 +28,8 @@ def test_lint_is_clean():
 def test_default_dag_reaches_every_stage(tmp_path):
     proc = _snakemake("-n", "--quiet", "rules", "--cores", "2", "--forceall")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for rule in ("build_engine", "synth_model", "build_sessions", "replay", "summarize_replay",
-                 "render_replay_summary"):
+    for rule in ("build_engine", "synth_model", "get_traces", "split_sessions", "build_sessions", "replay",
+                 "summarize_replay", "render_replay_summary", "render_table2"):
         assert rule in proc.stdout, rule
 
 

@@ -30,13 +30,13 @@ check_replay_config()
 
 
 def all_targets():
-    """What `snakemake` builds by default: the replay summary notebook's figure and table."""
+    """What `snakemake` builds by default: the replay summary and Table 2 notebooks' figures and tables."""
     return [
         "figures/replay_summary.pdf",
         "figures/replay_summary.png",
         "tables/replay_summary.csv",
         "tables/replay_summary.md",
-    ]
+    ] + table2_targets()
 
 
 SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
@@ -136,3 +136,69 @@ def session_build_opts(name):
 def table2_targets():
     """Outputs of the Table 2 notebook (to add to `rule all`)."""
     return ["figures/table2.pdf", "figures/table2.png", "tables/table2.csv", "tables/table2.md"]
+
+
+# --- routing (issue 3): synthetic routing traces and their statistics --------------------------------
+def routing_cfg():
+    """The `routing` config section (defaults: V4-Flash shape, calibrated profile, no sets)."""
+    return config.get("routing", {})
+
+
+def routing_sets():
+    """Trace sets: session sets listed in routing.sets plus the synthetic sets of routing.synthetic."""
+    r = routing_cfg()
+    return list(r.get("sets", [])) + list(r.get("synthetic", {}))
+
+
+def routing_inputs(wildcards):
+    """Inputs of `make_routing`: the sessions JSONL of a session set; nothing for a synthetic set."""
+    if wildcards.set in routing_cfg().get("synthetic", {}):
+        return {}
+    return {"sessions": f"results/sessions/{wildcards.set}.jsonl"}
+
+
+def routing_workload(name):
+    """Workload of a trace set (routing drifts by workload): a synthetic set's own, else its session source's."""
+    r = routing_cfg()
+    if name in r.get("synthetic", {}):
+        return r["synthetic"][name].get("workload", "swe")
+    source = config["sessions"]["sets"][name]["source"]
+    return "swe" if source.startswith("swe") else source
+
+
+def routing_generate_opts(name):
+    """`ostinato routing generate` options of one trace set (shape, profile, seed, sessions)."""
+    r = routing_cfg()
+    shape = r.get("model", "deepseek-v4-flash")
+    if isinstance(shape, dict):
+        opts = [f"--model custom --n-layer {shape['n_layer']} --n-expert {shape['n_expert']} "
+                f"--n-expert-used {shape['n_expert_used']}"]
+    else:
+        opts = [f"--model {shape}"]
+    opts.append(f"--profile {r.get('profile', 'calibrated')} --seed {r.get('seed', 0)} "
+                f"--workload {routing_workload(name)}")
+    opts += [f"--set {k}={v}" for k, v in r.get("profile_overrides", {}).items()]
+    syn = r.get("synthetic", {}).get(name)
+    if syn is not None:
+        opts.append(f"--synthetic-sessions {syn.get('sessions', 1)} --session-seed {syn.get('seed', 0)}")
+    else:
+        opts.append(f"--sessions results/sessions/{name}.jsonl")
+    return " ".join(opts)
+
+
+def routing_stats_dirs(kind):
+    """Trace directories of the development (`dev`) or held-out (`heldout`) sets of routing.stats."""
+    return [f"results/routing/{s}" for s in routing_cfg().get("stats", {}).get(kind, [])]
+
+
+def routing_stats_opts():
+    """`ostinato routing stats` residency sizes from routing.stats."""
+    s = routing_cfg().get("stats", {})
+    return (f"--n-resident-decode {s.get('n_resident_decode', 4864)} "
+            f"--n-resident-prefill {s.get('n_resident_prefill', 5702)}")
+
+
+def routing_targets():
+    """Outputs of the routing-statistics notebook (to add to `rule all`)."""
+    return ["figures/routing_stats.pdf", "figures/routing_stats.png", "tables/routing_stats.csv",
+            "tables/routing_stats.md"]
