@@ -388,3 +388,18 @@ def test_machine_description_is_kept_with_results():
     assert m.logical_cores >= 1 and d["cpu_model"] and d["os"] and isinstance(d["gpus"], list)
     assert describe_machine("h200-box").label == "h200-box"
     assert default_label("x", 2, ()) == "cpu-2c"
+
+
+def test_changed_setup_is_refused_or_restarts_with_old_results_kept(fake_bin, fake_model, tmp_path):
+    sessions = make_sessions(2, 2)
+    out = tmp_path / "out"
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        run_replay(sessions, server, ReplayConfig("stock", out, progress=False), run_info={"sessions_sha256": "a"})
+        with pytest.raises(ValueError, match="different setup"):
+            run_replay(sessions, server, ReplayConfig("stock", out, progress=False), run_info={"sessions_sha256": "b"})
+        summary = run_replay(sessions, server, ReplayConfig("stock", out, progress=False, on_setup_change="restart"),
+                             run_info={"sessions_sha256": "b"})
+    assert summary.done == ["test/s0", "test/s1"] and not summary.skipped
+    aside = list(out.glob("stock.superseded-*"))
+    assert len(aside) == 1 and len(list((aside[0] / "sessions").glob("*.jsonl"))) == 2
+    assert json.loads((out / "stock" / "runs.json").read_text())[-1]["sessions_sha256"] == "b"

@@ -26,7 +26,7 @@ rule replay:
     shell:
         "(ostinato replay run --engine-name {wildcards.engine} --server-bin {input.server} "
         "--model {input.model} --sessions {input.sessions} --out results/replay/{wildcards.set} "
-        "--machine-label {params.machine} {params.server_args} {params.env} --no-progress "
+        "--machine-label {params.machine} {params.server_args} {params.env} --no-progress --on-setup-change restart "
         "&& ostinato replay summarize --in results/replay/{wildcards.set}/{wildcards.engine} "
         "--out {output.sessions} --requests-out {output.requests}) > {log} 2>&1"
 

@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--machine-label", default=None, help="short machine name for plots (default from the hardware)")
     r.add_argument("--select", type=int, default=0, help="replay only the first N sessions of the file (0 = all)")
     r.add_argument("--retry-failed", action="store_true", help="replay sessions recorded as failed again")
+    r.add_argument("--on-setup-change", choices=("refuse", "restart"), default="refuse",
+                   help="when the sessions file, model or server command changed since the results in --out were "
+                        "made: refuse (default) or restart (move them aside to <engine>.superseded-<time>)")
     r.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request (default 600)")
     r.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for the server to be healthy")
     r.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
@@ -79,6 +82,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     )
     cfg = ReplayConfig(
         engine=args.engine_name, out_dir=args.out, machine=machine.label, retry_failed=args.retry_failed,
+        on_setup_change=args.on_setup_change,
         request_timeout_s=args.request_timeout, warmup=not args.no_warmup, progress=not args.no_progress,
     )
     run_info = {

@@ -48,6 +48,9 @@ class ReplayConfig:
     out_dir: Path
     machine: str = ""
     retry_failed: bool = False
+    # when the sessions file, model or server command changed since the results were made:
+    # "refuse" (an error) or "restart" (move the old results aside and start afresh)
+    on_setup_change: str = "refuse"
     request_timeout_s: float = 600.0
     temperature: float = 0.0
     warmup: bool = True
@@ -162,6 +165,11 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     missing session; failed sessions are kept as recorded unless `retry_failed`.
     """
     store = ResultStore.for_engine(cfg.out_dir, cfg.engine)
+    if cfg.on_setup_change == "restart" and _setup_changed(_read_runs(store.root / "runs.json"), run_info or {}):
+        aside = store.root.with_name(f"{store.root.name}.superseded-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}")
+        store.root.rename(aside)
+        print(f"[{cfg.engine}] the setup changed: earlier results moved to {aside}")
+        store = ResultStore.for_engine(cfg.out_dir, cfg.engine)
     store.remove_partial()
     summary = RunSummary()
     todo = []
@@ -208,12 +216,17 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
 SETUP_KEYS = ("sessions_sha256", "model", "server_command")
 
 
+def _setup_changed(history: list[dict], info: dict) -> list[str]:
+    """The setup keys whose value differs between the last run and this one."""
+    if not history:
+        return []
+    last = history[-1]
+    return [k for k in SETUP_KEYS if k in last and k in info and last[k] != info[k]]
+
+
 def _check_same_setup(root: Path, history: list[dict], info: dict) -> None:
     """Refuse to resume results made from another sessions file, model or server command."""
-    if not history:
-        return
-    last = history[-1]
-    changed = [k for k in SETUP_KEYS if k in last and k in info and last[k] != info[k]]
+    changed = _setup_changed(history, info)
     if changed:
         raise ValueError(
             f"{root} holds results of a different setup ({', '.join(changed)} changed); "
