@@ -14,6 +14,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/engine.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/sessions.smk"
+include: "workflow/rules/routing.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/figures.smk"
 

@@ -29,7 +29,7 @@ def test_default_dag_reaches_every_stage(tmp_path):
     proc = _snakemake("-n", "--quiet", "rules", "--cores", "2", "--forceall")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rule in ("build_engine", "synth_model", "get_traces", "split_sessions", "build_sessions", "replay",
-                 "summarize_replay", "render_replay_summary", "render_table2"):
+                 "summarize_replay", "render_replay_summary", "render_table2", "make_routing", "render_routing_stats"):
         assert rule in proc.stdout, rule
 
 

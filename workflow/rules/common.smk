@@ -30,13 +30,13 @@ check_replay_config()
 
 
 def all_targets():
-    """What `snakemake` builds by default: the replay summary and Table 2 notebooks' figures and tables."""
+    """What `snakemake` builds by default: the replay summary, Table 2 and routing notebooks' figures and tables."""
     return [
         "figures/replay_summary.pdf",
         "figures/replay_summary.png",
         "tables/replay_summary.csv",
         "tables/replay_summary.md",
-    ] + table2_targets()
+    ] + table2_targets() + routing_targets()
 
 
 SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
@@ -202,3 +202,18 @@ def routing_targets():
     """Outputs of the routing-statistics notebook (to add to `rule all`)."""
     return ["figures/routing_stats.pdf", "figures/routing_stats.png", "tables/routing_stats.csv",
             "tables/routing_stats.md"]
+
+
+def check_routing_config():
+    """Fail early, naming the key, if routing refers to unknown session sets or trace sets."""
+    r = routing_cfg()
+    for s in r.get("sets", []):
+        if s not in config["sessions"]["sets"]:
+            raise ValueError(f"config routing.sets: {s!r} is not a key of sessions.sets")
+    for s in r.get("synthetic", {}):
+        if s in config["sessions"]["sets"]:
+            raise ValueError(f"config routing.synthetic: {s!r} is also a session set; pick another name")
+    for kind in ("dev", "heldout"):
+        for s in r.get("stats", {}).get(kind, []):
+            if s not in routing_sets():
+                raise ValueError(f"config routing.stats.{kind}: {s!r} is not in routing.sets or routing.synthetic")

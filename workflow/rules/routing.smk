@@ -1,5 +1,6 @@
 # Stage 4, routing: synthetic routing traces calibrated to the paper's routing facts (one file per session,
 # the engine's record/force format, flagged synthetic), their Section 2.3 statistics and the notebook.
+check_routing_config()
 
 
 rule make_routing:

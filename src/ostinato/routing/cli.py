@@ -1,10 +1,11 @@
-"""`ostinato routing ...`: inspect routing traces and write random ones (for forced-routing checks)."""
+"""`ostinato routing ...`: inspect traces, write random or calibrated synthetic ones, compute routing facts."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from ostinato.routing.commands import add_generate_args, add_stats_args, cmd_generate, cmd_stats
 from ostinato.routing.trace import TraceShape, random_trace, read_trace, write_trace
 
 
@@ -14,7 +15,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     filled = int((t.ids != t.shape.none_id).all(axis=2).sum())
     print(json.dumps({"file": args.trace, "n_layer": t.shape.n_layer, "n_expert": t.shape.n_expert,
                       "n_expert_used": t.shape.n_expert_used, "n_pos": t.n_pos, "moe_layers": layers,
-                      "rows_with_experts": filled, "weights": t.weights is not None}, indent=2))
+                      "rows_with_experts": filled, "weights": t.weights is not None,
+                      "synthetic": t.synthetic}, indent=2))
     return 0
 
 
@@ -41,3 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--out", required=True)
     r.set_defaults(func=_cmd_random)
+    gen = g.add_parser("generate", help="write calibrated synthetic routing for sessions (flagged synthetic)")
+    add_generate_args(gen)
+    gen.set_defaults(func=cmd_generate)
+    st = g.add_parser("stats", help="the Section 2.3 routing facts of development and held-out traces")
+    add_stats_args(st)
+    st.set_defaults(func=cmd_stats)
