@@ -15,6 +15,7 @@ include: "workflow/rules/engine.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/sessions.smk"
 include: "workflow/rules/routing.smk"
+include: "workflow/rules/plan.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/figures.smk"
 

@@ -14,6 +14,10 @@ _GROUPS = (
     "ostinato.routing.cli",
     "ostinato.sessions.cli",
     "ostinato.replay.cli",
+    "ostinato.residency.cli",
+    "ostinato.costmodel.cli",
+    "ostinato.limit.cli",
+    "ostinato.sim.cli",
     "ostinato.figures.cli",
 )
 

@@ -30,13 +30,13 @@ check_replay_config()
 
 
 def all_targets():
-    """What `snakemake` builds by default: the replay summary, Table 2 and routing notebooks' figures and tables."""
+    """What `snakemake` builds by default: the notebooks' figures and tables, the residency plan, the cost-model checks."""
     return [
         "figures/replay_summary.pdf",
         "figures/replay_summary.png",
         "tables/replay_summary.csv",
         "tables/replay_summary.md",
-    ] + table2_targets() + routing_targets()
+    ] + table2_targets() + routing_targets() + plan_targets()
 
 
 SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
@@ -217,3 +217,33 @@ def check_routing_config():
         for s in r.get("stats", {}).get(kind, []):
             if s not in routing_sets():
                 raise ValueError(f"config routing.stats.{kind}: {s!r} is not in routing.sets or routing.synthetic")
+
+
+# --- plan (issue 4): routing profile, residency plan, cost-model checks ----------------------------
+def plan_inputs(wildcards):
+    """Inputs of `plan_residency`: the development profile, the held-out one if set, the capacity test if a memory model is set."""
+    p = config["plan"]
+    inputs = {"profile": f"results/profile/{p['dev_set']}.profile.json"}
+    if p.get("heldout_set"):
+        inputs["heldout"] = f"results/profile/{p['heldout_set']}.profile.json"
+    if p.get("memory"):
+        inputs["capacity"] = "results/plan/capacity.json"
+    return inputs
+
+
+def plan_opts(input):
+    """`ostinato residency plan` options: capacity file, or the configured slots per GPU; held-out profile."""
+    p = config["plan"]
+    opts = [f"--capacity {input.capacity}" if p.get("memory") else
+            f"--slots {','.join(str(n) for n in p['slots'])} --expert-bytes {p['expert_bytes']}"]
+    if p.get("heldout_set"):
+        opts.append(f"--heldout {input.heldout}")
+    return " ".join(opts)
+
+
+def plan_targets():
+    """Outputs of the plan stage : the plan, its summary, the cost-model checks."""
+    if "plan" not in config:
+        return []
+    return ["results/plan/plan.json", "results/plan/summary.json"] + [
+        f"results/costmodel/checks-{p}.json" for p in config.get("costmodel", {}).get("profiles", [])]

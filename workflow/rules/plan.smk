@@ -1,8 +1,9 @@
 # Stage 6, plan: routing profile of the development sessions → capacity test (memory model) → frequency-ranked
-# residency plan (Prop 3.1) the engine loads, with its summary; plus the cost model's checks against the paper.
+# residency plan (Prop 3.1), with its summary; plus the cost model's checks against the paper's constants.
+# The profile is counted from routing traces (synthetic, or recorded by the engine).
 
 
-rule routing_profile:
+rule profile_routing:
     input:
         routing="results/routing/{set}",  # one <session, / → __>.route per session (routing stage)
     output:
@@ -17,25 +18,23 @@ rule routing_profile:
 
 rule capacity:
     input:
-        memory=config["plan"]["memory"],
-        sessions=f"results/sessions/{config['plan']['dev_set']}.jsonl",
+        memory=config["plan"].get("memory") or [],
+        sessions=f"results/sessions/{config['plan'].get('kv_set', '')}.jsonl" if config["plan"].get("kv_set") else [],
     output:
         "results/plan/capacity.json",
     log:
         "results/plan/capacity.log",
     conda:
         "../../environment.yml"
+    params:
+        kv=lambda w, input: f"--kv-tokens-from {input.sessions}" if input.sessions else "",
     shell:
-        "ostinato residency capacity --memory {input.memory} --kv-tokens-from {input.sessions} "
-        "--out {output} > {log} 2>&1"
+        "ostinato residency capacity --memory {input.memory} {params.kv} --out {output} > {log} 2>&1"
 
 
-rule plan:
+rule plan_residency:
     input:
-        profile=f"results/profile/{config['plan']['dev_set']}.profile.json",
-        heldout=([f"results/profile/{config['plan']['heldout_set']}.profile.json"]
-                 if config["plan"].get("heldout_set") else []),
-        capacity="results/plan/capacity.json",
+        unpack(plan_inputs),
     output:
         plan="results/plan/plan.json",
         summary="results/plan/summary.json",
@@ -44,10 +43,10 @@ rule plan:
     conda:
         "../../environment.yml"
     params:
-        heldout=lambda w, input: f"--heldout {input.heldout}" if input.heldout else "",
+        opts=lambda w, input: plan_opts(input),
         model=config["plan"].get("model_name", ""),
     shell:
-        "ostinato residency plan --profile {input.profile} --capacity {input.capacity} {params.heldout} "
+        "ostinato residency plan --profile {input.profile} {params.opts} "
         "--model-name '{params.model}' --out {output.plan} --summary {output.summary} > {log} 2>&1"
 
 
@@ -58,5 +57,7 @@ rule costmodel_check:
         "results/costmodel/checks-{profile}.log",
     conda:
         "../../environment.yml"
+    wildcard_constraints:
+        profile=name_pattern(config.get("costmodel", {}).get("profiles", [])),
     shell:
         "ostinato costmodel check --profile {wildcards.profile} --out {output} > {log} 2>&1"
