@@ -110,7 +110,8 @@ def test_forcing_the_models_own_routing_changes_nothing(stock):
         # CUDA's fused topk-moe kernel needs upstream's exact op sequence; forcing (no top-k) and recording
         # (a copy node after the top-k) compute gating, top-k and weights unfused, in another order
         for out in (forced, free):
-            np.testing.assert_allclose(_logprobs(out), _logprobs(off), rtol=1e-4, atol=1e-5)
+            # seen on an H200: up to 1.9e-4 relative after 12 tokens; a different routing moves them by ~1e-1
+            np.testing.assert_allclose(_logprobs(out), _logprobs(off), rtol=1e-3, atol=1e-3)
 
 
 def test_forced_routing_steers_the_model(stock):
