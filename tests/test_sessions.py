@@ -448,3 +448,229 @@ def test_sessions_rules_in_the_dag():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rule in ("get_traces", "split_sessions", "build_sessions", "render_table2"):
         assert rule in proc.stdout, rule
+
+
+# --- `sessions get`: download into a cache (GitHub archive or a rows file), file:// and a local http server ----
+
+SWE_COMMIT = "d12a71affd95403b036b2bdbd827349b77bfffb9"
+TAU2_COMMIT = "a2c024725189473d2d7cea3a5cfdbcc67478e41f"
+SWE_TRAJS = "swebench_results/20251118_gemini-3-pro-74pct/trajs"
+
+
+def github_tar(path: Path, top: str, files: dict[str, bytes]) -> str:
+    """Write a `.tar.gz` in the GitHub archive layout (`<top>/<path>`); return its sha256."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        dirs = {str(Path(top, rel).parent) for rel in files} | {top}
+        for d in sorted(dirs):
+            info = tarfile.TarInfo(d)
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        for rel, data in files.items():
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def swe_archive(tmp_path: Path) -> tuple[Path, str]:
+    """The two swe-mini fixtures at their upstream paths, plus files the download must not extract."""
+    files = {f"{SWE_TRAJS}/{p.name.removesuffix('.traj.json')}/{p.name}": p.read_bytes()
+             for p in sorted((FIXTURES / "swe-mini").glob("*.traj.json"))}
+    files["README.md"] = b"# mini-swe-agent\n"
+    files["swebench_results/other-run/trajs/x/x.traj.json"] = b"{}"
+    files[f"{SWE_TRAJS}/demo__demo-1/demo__demo-1.log"] = b"log"
+    path = tmp_path / "serve" / f"{SWE_COMMIT}.tar.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path, github_tar(path, f"mini-swe-agent-{SWE_COMMIT}", files)
+
+
+def get_args(tmp_path: Path, source: str, *extra: str) -> list[str]:
+    """`sessions get` of a source with no mirror, the cache under tmp_path, and no progress bar."""
+    return ["sessions", "get", "--source", source, "--mirror", str(tmp_path / "none"), "--cache",
+            str(tmp_path / "cache"), "--no-progress", "--out", str(tmp_path / f"{source}.json"), *extra]
+
+
+def cache_entries(tmp_path: Path) -> list[str]:
+    """Everything in the cache root (temp files included), sorted."""
+    root = tmp_path / "cache"
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+@pytest.fixture
+def http_dir(tmp_path: Path, monkeypatch):
+    """Serve tmp_path/serve on 127.0.0.1 from a thread; yields the base URL. `/truncated.tar.gz` is cut short."""
+    import functools
+    import http.server
+    import threading
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # quiet
+            pass
+
+        def do_GET(self) -> None:
+            if self.path.endswith("/truncated.tar.gz"):
+                self.send_response(200)
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                self.wfile.write(b"\x1f\x8b" + b"x" * 98)
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            super().do_GET()
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    (tmp_path / "serve").mkdir(exist_ok=True)
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(tmp_path / "serve")))
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_glob_members_and_cache_names():
+    from ostinato.sessions.download import flat_name, glob_match
+
+    assert glob_match(f"{SWE_TRAJS}/a/a.traj.json", f"{SWE_TRAJS}/*/*.traj.json")
+    assert not glob_match(f"{SWE_TRAJS}/a/b/a.traj.json", f"{SWE_TRAJS}/*/*.traj.json")  # `*` stays in a folder
+    assert glob_match("data/simulations/x/y.json", "data/**/*.json") and glob_match("data/y.json", "data/**/*.json")
+    sub = "web/leaderboard/public/submissions/*/trajectories/*.json"
+    assert flat_name("web/leaderboard/public/submissions/s1/trajectories/t.json", sub) == "s1__t.json"
+    assert flat_name("data/simulations/x.json", "data/simulations/*.json") == "data__simulations__x.json"
+
+
+def test_download_github_archive_by_file_url_extracts_trace_paths_and_builds(tmp_path: Path, capsys):
+    archive, sha = swe_archive(tmp_path)
+    assert cli_main(get_args(tmp_path, "swe-mini", "--download-url", archive.as_uri(), "--sha256", sha)) == 0
+    got = json.loads((tmp_path / "swe-mini.json").read_text())
+    folder = tmp_path / "cache" / "swe-mini"
+    assert got["mode"] == "download" and got["url"] == archive.as_uri() and got["sha256"] == sha
+    assert got["path"] == str(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["alpha__alpha-7.traj.json", "demo__demo-1.traj.json"]
+    assert cache_entries(tmp_path) == ["swe-mini", "swe-mini.download.json"]  # no temp file left
+    err = capsys.readouterr().err
+    assert f"url {archive.as_uri()} sha256 {sha} cache {folder}" in err
+    out, ref = tmp_path / "d.jsonl", tmp_path / "m.jsonl"
+    assert cli_main(["sessions", "build", "--source", "swe-mini", "--traces", str(tmp_path / "swe-mini.json"),
+                     "--no-progress", "--out", str(out)]) == 0
+    assert cli_main(["sessions", "build", "--source", "swe-mini", "--mirror", str(FIXTURES), "--no-progress",
+                     "--out", str(ref)]) == 0
+    assert out.read_text() == ref.read_text()
+
+
+def test_download_over_http_then_reuse_the_cache(tmp_path: Path, http_dir: str, capsys):
+    tau2 = sorted((FIXTURES / "tau2").glob("*.json"))
+    files = {f"web/leaderboard/public/submissions/sub1/trajectories/{tau2[0].name}": tau2[0].read_bytes(),
+             f"data/simulations/{tau2[1].name}": tau2[1].read_bytes(), "data/tasks.json": b"[]"}
+    sha = github_tar(tmp_path / "serve" / "tau2.tar.gz", f"tau2-bench-{TAU2_COMMIT}", files)
+    url = f"{http_dir}/tau2.tar.gz"
+    assert cli_main(get_args(tmp_path, "tau2", "--download-url", url)) == 0
+    got = json.loads((tmp_path / "tau2.json").read_text())
+    assert got["mode"] == "download" and got["sha256"] == sha and got["note"].startswith("downloaded")
+    assert sorted(p.name for p in (tmp_path / "cache" / "tau2").iterdir()) == [
+        f"data__simulations__{tau2[1].name}", f"sub1__{tau2[0].name}"]
+    assert len(list(iter_source("tau2", tmp_path / "cache"))) == len(list(iter_source("tau2", FIXTURES)))
+    (tmp_path / "serve" / "tau2.tar.gz").unlink()  # a rerun must not download again
+    assert cli_main(get_args(tmp_path, "tau2", "--download-url", url, "--sha256", sha)) == 0
+    again = json.loads((tmp_path / "tau2.json").read_text())
+    assert again["note"].startswith("reused") and again["path"] == got["path"]
+    assert cli_main(get_args(tmp_path, "tau2", "--download-url", url, "--no-probe")) == 0  # offline: cache still used
+    assert json.loads((tmp_path / "tau2.json").read_text())["mode"] == "download"
+
+
+def test_bad_sha256_fails_and_leaves_nothing(tmp_path: Path, capsys):
+    archive, _ = swe_archive(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / ".swe-mini.killed.tmp").mkdir()  # left by a killed run: removed
+    table = tmp_path / "swe-mini.turns.csv"
+    table.write_text("session,turn,kind,domain,task,new_byte,output_byte,output_recorded\n")
+    rc = cli_main(get_args(tmp_path, "swe-mini", "--download-url", archive.as_uri(), "--sha256", "0" * 64,
+                           "--table", str(table)))
+    assert rc == 2  # a wrong checksum stops the run, even with a table at hand
+    err = capsys.readouterr().err
+    assert "source swe-mini" in err and "sha256" in err and "0" * 64 in err
+    assert cache_entries(tmp_path) == [] and not (tmp_path / "swe-mini.json").exists()
+    assert cli_main(get_args(tmp_path, "swe-mini", "--sha256", "abc")) == 2  # not 64 hex digits
+
+
+def test_cut_download_leaves_nothing_then_tables_or_a_clear_error(tmp_path: Path, http_dir: str, capsys):
+    url = f"{http_dir}/truncated.tar.gz"
+    table = tmp_path / "swe-mini.turns.csv"
+    table.write_text("session,turn,kind,domain,task,new_byte,output_byte,output_recorded\n")
+    assert cli_main(get_args(tmp_path, "swe-mini", "--download-url", url, "--table", str(table))) == 0
+    got = json.loads((tmp_path / "swe-mini.json").read_text())
+    assert got["mode"] == "tables" and "download failed" in got["note"] and url in got["note"]
+    assert cache_entries(tmp_path) == []
+    assert cli_main(get_args(tmp_path, "swe-mini", "--download-url", f"{http_dir}/missing.tar.gz")) == 2
+    err = capsys.readouterr().err
+    assert "source swe-mini" in err and "HTTP 404" in err and f"{http_dir}/missing.tar.gz" in err
+    assert "sessions.mirror" in err and cache_entries(tmp_path) == []
+
+
+def test_archive_without_trace_paths_is_a_failed_download(tmp_path: Path, capsys):
+    path = tmp_path / "serve" / "x.tar.gz"
+    path.parent.mkdir()
+    github_tar(path, f"mini-swe-agent-{SWE_COMMIT}", {"README.md": b"x"})
+    assert cli_main(get_args(tmp_path, "swe-mini", "--download-url", path.as_uri())) == 2
+    err = capsys.readouterr().err
+    assert "no file matches swebench_results/" in err and "sessions.mirror" in err
+    path.write_bytes(b"not a tar")
+    assert cli_main(get_args(tmp_path, "swe-mini", "--download-url", path.as_uri())) == 2
+    assert "not a readable .tar.gz" in capsys.readouterr().err and cache_entries(tmp_path) == []
+
+
+def test_swe_rebench_rows_file_download(tmp_path: Path):
+    sha = hashlib.sha256(REBENCH.read_bytes()).hexdigest()
+    assert cli_main(get_args(tmp_path, "swe-rebench", "--download-url", REBENCH.as_uri(), "--sha256", sha)) == 0
+    got = json.loads((tmp_path / "swe-rebench.json").read_text())
+    assert got["mode"] == "download" and got["sha256"] == sha
+    assert (tmp_path / "cache" / "swe-rebench" / "rows.jsonl").read_bytes() == REBENCH.read_bytes()
+    ids = [s.session_id for s in iter_source("swe-rebench", Path(got["path"]))]
+    assert ids == [s.session_id for s in iter_source("swe-rebench", FIXTURES)]
+
+
+def test_fallback_order_mirror_cache_download_tables(tmp_path: Path, monkeypatch):
+    from ostinato.sessions import sources
+
+    archive, sha = swe_archive(tmp_path)
+    table = tmp_path / "t.csv"
+    table.write_text("session,turn,kind,domain,task,new_byte,output_byte,output_recorded\n")
+    on = sources.Download(allowed=True, cache=tmp_path / "cache", url=archive.as_uri(), progress=False)
+    # a mirror wins over everything (the download is never tried)
+    assert sources.resolve_source("swe-mini", FIXTURES, None, table, download=on).mode == "mirror"
+    assert cache_entries(tmp_path) == []
+    # no network at all: the table, the download untried
+    assert sources.resolve_source("swe-mini", tmp_path / "none", None, table, probe=False, download=on).mode == "tables"
+    # downloads off: probed only, then the table, with the probe's answer in the note
+    monkeypatch.setattr(sources, "probe_url", lambda url, timeout_s=5.0: None)
+    off = sources.Download(allowed=False, cache=tmp_path / "cache", url=archive.as_uri(), progress=False)
+    got = sources.resolve_source("swe-mini", tmp_path / "none", None, table, download=off)
+    assert got.mode == "tables" and "downloads are off" in got.note
+    # allowed: the download beats the table; later, the complete cache is used even offline and with downloads off
+    assert sources.resolve_source("swe-mini", None, None, table, download=on).mode == "download"
+    reused = sources.resolve_source("swe-mini", None, None, table, probe=False, download=off)
+    assert reused.mode == "download" and reused.sha256 == sha and "reused" in reused.note
+    # another URL is another download: not the cache of the first
+    other = sources.Download(allowed=False, cache=tmp_path / "cache", url="file:///nowhere.tar.gz", progress=False)
+    assert sources.resolve_source("swe-mini", None, None, table, probe=False, download=other).mode == "tables"
+
+
+def test_no_download_url_and_unreachable_source_error(tmp_path: Path, monkeypatch):
+    from ostinato.sessions import sources
+
+    monkeypatch.setattr(sources, "probe_url", lambda url, timeout_s=5.0: "ConnectError: no network")
+    on = sources.Download(allowed=True, cache=tmp_path / "cache", progress=False)
+    with pytest.raises(FileNotFoundError) as err:
+        sources.resolve_source("swe-rebench", tmp_path / "none", None, None, download=on)
+    msg = str(err.value)
+    assert msg.startswith("source swe-rebench:") and "ConnectError: no network" in msg
+    assert "sessions.download_urls.swe-rebench" in msg and "sessions.mirror" in msg
+    info = sources.source_info("swe-mini")
+    assert info.download_url() == f"https://codeload.github.com/gruckion/mini-swe-agent/tar.gz/{SWE_COMMIT}"
+    assert sources.source_info("tau2").download_url().endswith(f"/sierra-research/tau2-bench/tar.gz/{TAU2_COMMIT}")

@@ -1,4 +1,5 @@
 # Shared helpers: resolved engine backend, paths, config checks, and the targets of `rule all`.
+import json
 import re
 import socket
 
@@ -247,3 +248,20 @@ def plan_targets():
         return []
     return ["results/plan/plan.json", "results/plan/summary.json"] + [
         f"results/costmodel/checks-{p}.json" for p in config.get("costmodel", {}).get("profiles", [])]
+
+
+def download_opts(source):
+    """Download options of `ostinato sessions get` for one source: cache, off switch, URL override, checksum."""
+    opts = [f"--cache {sessions_cfg('cache', 'results/sessions/mirror')}", "--no-progress"]
+    if not sessions_cfg("download", True):
+        opts.append("--no-download")
+    url = sessions_cfg("download_urls", {}).get(source, "")
+    sha = sessions_cfg("sha256", {}).get(source, "")
+    opts += ([f"--download-url {url}"] if url else []) + ([f"--sha256 {sha}"] if sha else [])
+    return " ".join(opts)
+
+
+def traces_path(input):
+    """The folder a `get_traces` manifest points at (mirror or download cache)."""
+    with open(input.traces, encoding="utf-8") as fh:
+        return json.load(fh)["path"]

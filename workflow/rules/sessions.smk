@@ -16,9 +16,10 @@ rule get_traces:
         table=lambda w: committed_table(w.source),
         url=lambda w: source_url_opt(w.source),
         probe="" if sessions_cfg("probe_urls", True) else "--no-probe",
+        download=lambda w: download_opts(w.source),
     shell:
         "ostinato sessions get --source {wildcards.source} {params.mirror} --table {params.table} "
-        "{params.url} {params.probe} --out {output} > {log} 2>&1"
+        "{params.url} {params.probe} {params.download} --out {output} > {log} 2>&1"
 
 
 rule derive_tables:
@@ -34,7 +35,7 @@ rule derive_tables:
     wildcard_constraints:
         source=name_pattern(SESSION_SOURCES),
     params:
-        mirror=config["sessions"]["mirror"],
+        mirror=lambda w, input: traces_path(input),
     shell:
         "ostinato sessions tables --source {wildcards.source} --mirror {params.mirror} --no-progress "
         "--provenance {output.provenance} --out {output.table} > {log} 2>&1"

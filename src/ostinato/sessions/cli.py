@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -60,12 +61,26 @@ def _register_build(sub: argparse._SubParsersAction) -> None:
 
 def _register_get(sub: argparse._SubParsersAction) -> None:
     """`sessions get`: decide where a source's sessions come from and write a manifest."""
-    g = sub.add_parser("get", help="resolve a source: local mirror, canonical URL, or the committed per-turn table")
+    g = sub.add_parser("get", help="resolve a source: local mirror, download (cached), or the committed per-turn table")
     g.add_argument("--source", required=True, choices=SOURCES)
     g.add_argument("--mirror", type=Path, default=None, help="mirror root holding <source>/")
     g.add_argument("--url", default=None, help="canonical URL (default: the source's registry entry)")
     g.add_argument("--table", type=Path, default=None, help="fallback per-turn table when nothing is reachable")
-    g.add_argument("--no-probe", action="store_true", help="do not try the URL (offline machines)")
+    g.add_argument("--no-probe", action="store_true",
+                   help="no network at all: no probe, no download (offline machines)")
+    g.add_argument("--no-download", action="store_true",
+                   help="only probe the URL, never download (a complete cache is still reused)")
+    g.add_argument("--download-url", default=None,
+                   help="what to download: a .tar.gz of the repository (GitHub archive layout) or, for swe-rebench, "
+                        "a JSONL/JSON rows file; http(s):// or file:// (default: the GitHub archive at the pinned "
+                        "commit)")
+    g.add_argument("--sha256", default=None, help="sha256 the download must have (else it is deleted and get fails)")
+    g.add_argument("--cache", type=Path, default=None, help="download cache root, holding <source>/ (default "
+                                                             "results/sessions/mirror)")
+    g.add_argument("--member", action="append", default=None, metavar="GLOB",
+                   help="archive paths to extract, below its top folder (repeatable; default: the source's "
+                        "trace paths)")
+    g.add_argument("--no-progress", action="store_true", help="no download progress bar")
     g.add_argument("--out", required=True, type=Path, help="manifest JSON read by `sessions build --traces`")
     g.set_defaults(func=run_get)
 
@@ -166,11 +181,18 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_get(args: argparse.Namespace) -> int:
     """Handler of `sessions get`; writes the manifest and says which way the source was resolved."""
-    from ostinato.sessions.sources import resolve_source, write_manifest
+    from ostinato.sessions.sources import DEFAULT_CACHE, Download, resolve_source, write_manifest
 
-    resolved = resolve_source(args.source, args.mirror, args.url, args.table, probe=not args.no_probe)
+    if args.sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", args.sha256):
+        raise ValueError(f"--sha256 must be 64 hex digits, got {args.sha256!r}")
+    download = Download(allowed=not args.no_download, cache=args.cache or DEFAULT_CACHE, url=args.download_url or None,
+                        sha256=args.sha256 or None, members=tuple(args.member or ()), progress=not args.no_progress)
+    resolved = resolve_source(args.source, args.mirror, args.url, args.table, probe=not args.no_probe,
+                              download=download)
     write_manifest(resolved, args.out)
     print(f"{args.source}: {resolved.mode} {resolved.path} ({resolved.note})", file=sys.stderr)
+    if resolved.mode == "download":
+        print(f"{args.source}: url {resolved.url} sha256 {resolved.sha256} cache {resolved.path}", file=sys.stderr)
     return 0
 
 
