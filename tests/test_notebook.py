@@ -1,4 +1,4 @@
-"""The replay summary notebook runs under papermill on a small CSV and writes its table and figure."""
+"""The replay summary notebook runs under papermill on a small CSV and writes its tables and figure."""
 
 from __future__ import annotations
 
@@ -72,6 +72,16 @@ def test_notebook_runs_under_papermill(tmp_path: Path, one_failure: bool):
     md = (tmp_path / "tables" / "replay_summary.md").read_text()
     assert md.startswith("| session | label |") and "measured" not in md
     assert "ostinato, measured (cpu-2c)" in (tmp_path / "out.ipynb").read_text()
+    compare = pd.read_csv(tmp_path / "tables" / "replay_compare.csv")
+    assert list(compare["workload"]) == ["swe-mini", "swe-mini", "tau2", "tau2", "all", "all"]
+    assert list(compare["engine"]) == ["ostinato", "stock"] * 3 and (compare["series"] == "measured (cpu-2c)").all()
+    every = compare[compare["workload"] == "all"]
+    assert (every["sessions"] == (2 if one_failure else 3)).all() and (every["dropped"] == int(one_failure)).all()
+    saved = every.set_index("engine").loc["stock"]
+    assert saved["saved_pct"] == pytest.approx(40.0) and saved["won"] == saved["sessions"]
+    assert saved["saved_ci_low_pct"] == pytest.approx(40.0) and saved["saved_ci_high_pct"] == pytest.approx(40.0)
+    compare_md = (tmp_path / "tables" / "replay_compare.md").read_text()
+    assert "measured (cpu-2c)" in compare_md and "40.0% [40.0–40.0]" in compare_md
 
 
 def test_series_labels_and_markdown():

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ostinato.atomic import atomic_open
+
 
 def _cell(value: object, floatfmt: str) -> str:
     """Format one cell: floats with `floatfmt`, missing values empty, pipes escaped."""
@@ -28,10 +30,11 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
 
 
 def save_table(df: pd.DataFrame, stem: str | Path, floatfmt: str = ".3g") -> list[Path]:
-    """Write `<stem>.csv` and `<stem>.md`; return the paths."""
+    """Write `<stem>.csv` and `<stem>.md` atomically; return the paths."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     csv, md = stem.with_suffix(".csv"), stem.with_suffix(".md")
-    df.to_csv(csv, index=False)
-    md.write_text(to_markdown(df, floatfmt), encoding="utf-8")
+    with atomic_open(csv) as fh:
+        df.to_csv(fh, index=False)
+    with atomic_open(md) as fh:
+        fh.write(to_markdown(df, floatfmt))
     return [csv, md]

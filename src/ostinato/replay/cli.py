@@ -1,4 +1,4 @@
-"""`ostinato replay run|summarize`: replay sessions against llama-server, summarize the results."""
+"""`ostinato replay run|summarize|compare`: replay sessions against llama-server, summarize and compare the results."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 from ostinato.machine import describe_machine
 from ostinato.replay.results import load_requests, summarize_sessions
@@ -24,7 +26,7 @@ def _env_pair(value: str) -> tuple[str, str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `replay` group with `run` and `summarize`."""
+    """Add the `replay` group with `run`, `summarize` and `compare`."""
     group = subparsers.add_parser("replay", help="replay sessions against llama-server and summarize")
     sub = group.add_subparsers(dest="command", required=True)
 
@@ -57,6 +59,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--out", required=True, type=Path, help="per-session CSV")
     s.add_argument("--requests-out", type=Path, default=None, help="also write the per-request CSV here")
     s.set_defaults(func=summarize_cmd)
+
+    c = sub.add_parser("compare", help="each engine against a target: total time, share saved [bootstrap CI], "
+                                       "sessions won, median TTFT by kind, TPOT, client/server agreement")
+    c.add_argument("--sessions", required=True, type=Path, help="per-session CSV of `replay summarize --out`")
+    c.add_argument("--requests", type=Path, default=None,
+                   help="per-request CSV of `replay summarize --requests-out` (medians over requests; "
+                        "without it, medians of the per-session medians)")
+    c.add_argument("--target", default="ostinato", help="engine whose savings are reported (default ostinato)")
+    c.add_argument("--engines", nargs="+", default=[], help="engines compared with the target (default: all others)")
+    c.add_argument("--confidence", type=float, default=0.95, help="confidence level of the CI (default 0.95)")
+    c.add_argument("--n-resamples", type=int, default=9999, help="bootstrap resamples (default 9999)")
+    c.add_argument("--ci-method", choices=("BCa", "percentile", "basic"), default="BCa",
+                   help="scipy.stats.bootstrap method (default BCa)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    c.add_argument("--machine", default="", help="machine label of the `measured (<machine>)` series (default from the CSV)")
+    c.add_argument("--out", required=True, type=Path, help="output stem: writes STEM.csv and STEM.md")
+    c.set_defaults(func=compare_cmd)
 
 
 def run_cmd(args: argparse.Namespace) -> int:
@@ -114,4 +133,26 @@ def summarize_cmd(args: argparse.Namespace) -> int:
         args.requests_out.parent.mkdir(parents=True, exist_ok=True)
         requests.to_csv(args.requests_out, index=False)
     print(f"wrote {len(sessions)} sessions to {args.out}", file=sys.stderr)
+    return 0
+
+
+def compare_cmd(args: argparse.Namespace) -> int:
+    """Handler of `replay compare`; writes STEM.csv and STEM.md and reports dropped sessions."""
+    from ostinato.replay.metrics import CompareConfig, compare_engines, save_comparison  # scipy, seaborn: load on use
+
+    for p in (args.sessions, args.requests):
+        if p is not None and not p.is_file():
+            raise FileNotFoundError(f"{p} not found (expected a `replay summarize` CSV)")
+    cfg = CompareConfig(target=args.target, engines=tuple(args.engines), confidence=args.confidence,
+                        n_resamples=args.n_resamples, method=args.ci_method, seed=args.seed, machine=args.machine)
+    try:
+        requests = pd.read_csv(args.requests) if args.requests is not None else None
+        sessions = pd.read_csv(args.sessions)
+    except pd.errors.EmptyDataError as exc:
+        raise ValueError(f"an input CSV of `replay compare` is empty ({exc}); did `replay summarize` find results?") from None
+    comp = compare_engines(sessions, requests, cfg)
+    paths = save_comparison(comp, args.out)
+    print(f"compared {comp.table['engine'].nunique() - 1} engine(s) with {args.target} on {len(comp.kept)} sessions "
+          f"({len(comp.dropped)} dropped{': ' + ', '.join(comp.dropped) if comp.dropped else ''}) → "
+          f"{', '.join(map(str, paths))}", file=sys.stderr)
     return 0
