@@ -72,6 +72,15 @@ def server_args(engine):
     return " ".join(f"--server-arg={a}" for a in args)
 
 
+def preset_opts(engine):
+    """`ostinato replay run` preset options of one configured engine (its named configuration and the shared budget)."""
+    name = config["replay"]["engines"][engine].get("preset")
+    if not name:
+        return ""
+    budget = config["replay"].get("expert_budget_gib")
+    return f"--preset {name} --llama-tree {ENGINE_DIR}/tree" + (f" --expert-budget-gib {budget}" if budget else "")
+
+
 def server_env(engine):
     """`ostinato replay run` environment options of one configured engine."""
     env = config["replay"]["engines"][engine].get("env", {})

@@ -22,11 +22,13 @@ rule replay:
     params:
         server_args=lambda w: server_args(w.engine),
         env=lambda w: server_env(w.engine),
+        preset=lambda w: preset_opts(w.engine),
         machine=MACHINE,
     shell:
         "(ostinato replay run --engine-name {wildcards.engine} --server-bin {input.server} "
         "--model {input.model} --sessions {input.sessions} --out results/replay/{wildcards.set} "
-        "--machine-label {params.machine} {params.server_args} {params.env} --no-progress --on-setup-change restart "
+        "--machine-label {params.machine} {params.preset} {params.server_args} {params.env} --no-progress "
+        "--on-setup-change restart "
         "&& ostinato replay summarize --in results/replay/{wildcards.set}/{wildcards.engine} "
         "--out {output.sessions} --requests-out {output.requests}) > {log} 2>&1"
 

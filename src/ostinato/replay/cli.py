@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ostinato.engines import PRESETS, EngineConfig, expert_budget_from_gguf, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.results import load_requests, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
@@ -40,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="one extra server argument, repeatable; write --server-arg=-c --server-arg=4096")
     r.add_argument("--server-args", default="", metavar="'ARGS'", help="extra server arguments as one shell-quoted string")
     r.add_argument("--env", action="append", default=[], type=_env_pair, metavar="KEY=VALUE", help="server environment")
+    r.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="named engine configuration: its placement flags and environment come first (ostinato.engines)")
+    r.add_argument("--expert-budget-gib", type=float, default=None,
+                   help="with --preset: GPU memory for routed experts, the same for every compared engine (default: no limit)")
+    r.add_argument("--llama-tree", type=Path, default=None,
+                   help="with --preset: the pinned llama.cpp tree, whose gguf-py reads the model's expert sizes")
     r.add_argument("--machine-label", default=None, help="short machine name for plots (default from the hardware)")
     r.add_argument("--select", type=int, default=0, help="replay only the first N sessions of the file (0 = all)")
     r.add_argument("--retry-failed", action="store_true", help="replay sessions recorded as failed again")
@@ -78,6 +85,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.set_defaults(func=compare_cmd)
 
 
+def _engine_preset(args: argparse.Namespace) -> EngineConfig:
+    """The named configuration of --preset for this model and budget (no flags without --preset)."""
+    if args.preset is None:
+        if args.expert_budget_gib is not None:
+            raise ValueError("--expert-budget-gib needs --preset")
+        return EngineConfig(args.engine_name, "")
+    if args.llama_tree is None:
+        raise ValueError("--preset needs --llama-tree (the pinned llama.cpp tree whose gguf-py reads the model)")
+    budget_bytes = None if args.expert_budget_gib is None else int(args.expert_budget_gib * (1 << 30))
+    return preset(args.preset, expert_budget_from_gguf(args.model, args.llama_tree, budget_bytes))
+
+
 def run_cmd(args: argparse.Namespace) -> int:
     """Handler of `replay run`; failed sessions are recorded, and make it return 1 only with --strict."""
     sessions = read_sessions_jsonl(args.sessions)
@@ -87,14 +106,15 @@ def run_cmd(args: argparse.Namespace) -> int:
         sessions = sessions[: args.select]
     if not sessions:
         raise ValueError(f"--sessions {args.sessions} holds no sessions")
+    engine = _engine_preset(args)
     machine = describe_machine(args.machine_label)
     store = ResultStore.for_engine(args.out, args.engine_name)
     write_json_atomic(store.root / "machine.json", machine.to_json())
     config = ServerConfig(
         binary=args.server_bin,
         model=args.model,
-        args=list(args.server_arg) + shlex.split(args.server_args),
-        env=dict(args.env),
+        args=list(engine.server_args) + list(args.server_arg) + shlex.split(args.server_args),
+        env={**engine.env, **dict(args.env)},
         port=args.port,
         log_path=store.root / "server.log",
         startup_timeout_s=args.startup_timeout,
@@ -106,6 +126,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     )
     run_info = {
         **sessions_digest(args.sessions),
+        "engine_preset": {"name": engine.name, "description": engine.description} if args.preset else None,
         "server_command": config.command(0, Path("<slot-save-path>")),
         "model": str(args.model),
         "machine_info": machine.to_json(),

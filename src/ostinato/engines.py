@@ -1,0 +1,110 @@
+"""Named engine configurations: how each compared engine is started (variant, llama-server flags, environment).
+
+Every engine of one comparison gets the same threads, context and GPU memory for routed experts; a preset
+turns that budget into its own placement flags, so configurations differ only in what the paper compares.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Passes of at least this many tokens upload host experts to the GPU (llama.cpp's op offload), as in the
+# paper's whole-layer baseline (Table 6); llama.cpp's own default is 32.
+OP_OFFLOAD_MIN_BATCH = 512
+
+_EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down|gate_up)_(ch)?exps\.weight$")
+
+
+@dataclass(frozen=True)
+class ExpertBudget:
+    """GPU memory for routed experts and the model's MoE layers: how many whole layers fit."""
+
+    layer_bytes: tuple[int, ...]     # routed-expert bytes of each MoE layer, in layer order
+    budget_bytes: int | None = None  # None: no limit
+
+    @property
+    def n_moe_layers(self) -> int:
+        return len(self.layer_bytes)
+
+    def layers_on_gpu(self) -> int:
+        """Whole MoE layers that fit the budget, filled from the last layer down (as --n-cpu-moe keeps the first N on the CPU)."""
+        if self.budget_bytes is None:
+            return self.n_moe_layers
+        used, n = 0, 0
+        for b in reversed(self.layer_bytes):
+            if used + b > self.budget_bytes:
+                break
+            used, n = used + b, n + 1
+        return n
+
+
+def expert_budget_from_gguf(model: str | Path, tree: str | Path, budget_bytes: int | None) -> ExpertBudget:
+    """Read each MoE layer's routed-expert bytes from a GGUF (with the pinned tree's gguf-py)."""
+    from ostinato.models.gguf_import import load_gguf
+
+    reader = load_gguf(tree).GGUFReader(str(model))
+    per_layer: dict[int, int] = defaultdict(int)
+    for t in reader.tensors:
+        m = _EXPERT_TENSOR.match(t.name)
+        if m:
+            per_layer[int(m.group(1))] += int(t.n_bytes)
+    if not per_layer:
+        raise ValueError(f"{model}: no routed-expert tensors (blk.N.ffn_*_exps.weight); is it a MoE model?")
+    return ExpertBudget(tuple(per_layer[i] for i in sorted(per_layer)), budget_bytes)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One engine of a comparison: which build, which server flags, which environment."""
+
+    name: str
+    variant: str
+    server_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+def _layers(budget: ExpertBudget) -> EngineConfig:
+    n_gpu = budget.layers_on_gpu()
+    n_cpu = budget.n_moe_layers - n_gpu
+    return EngineConfig(
+        "llama.cpp-layers", "stock", ("-ngl", "99", "--n-cpu-moe", str(n_cpu)),
+        {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
+        f"whole MoE layers on the GPU while the expert budget lasts ({n_gpu} of {budget.n_moe_layers}), the "
+        f"experts of the other {n_cpu} in host memory; passes of >= {OP_OFFLOAD_MIN_BATCH} tokens upload the "
+        f"host experts they use")
+
+
+def _cpu_experts(budget: ExpertBudget) -> EngineConfig:
+    return EngineConfig(
+        "llama.cpp-cpu-experts", "stock", ("-ngl", "99", "--cpu-moe"),
+        {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
+        "every routed expert in host memory, everything else on the GPU")
+
+
+def _gpu_experts(budget: ExpertBudget) -> EngineConfig:
+    if budget.layers_on_gpu() < budget.n_moe_layers:
+        raise ValueError(f"llama.cpp-gpu-experts needs every expert on the GPU, but the budget holds "
+                         f"{budget.layers_on_gpu()} of {budget.n_moe_layers} layers")
+    return EngineConfig("llama.cpp-gpu-experts", "stock", ("-ngl", "99"), {},
+                        "every routed expert on the GPU (the upper bound when they fit)")
+
+
+PRESETS = {
+    "llama.cpp-layers": _layers,
+    "llama.cpp-cpu-experts": _cpu_experts,
+    "llama.cpp-gpu-experts": _gpu_experts,
+}
+
+
+def preset(name: str, budget: ExpertBudget, variant: str | None = None,
+           extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None) -> EngineConfig:
+    """The named configuration for this budget; `variant`, extra flags and environment override or add."""
+    if name not in PRESETS:
+        raise ValueError(f"engine preset {name!r}: expected one of {', '.join(PRESETS)}")
+    cfg = PRESETS[name](budget)
+    return EngineConfig(cfg.name, variant or cfg.variant, cfg.server_args + tuple(extra_args),
+                        {**cfg.env, **(extra_env or {})}, cfg.description)
