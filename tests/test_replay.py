@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -403,3 +404,34 @@ def test_changed_setup_is_refused_or_restarts_with_old_results_kept(fake_bin, fa
     aside = list(out.glob("stock.superseded-*"))
     assert len(aside) == 1 and len(list((aside[0] / "sessions").glob("*.jsonl"))) == 2
     assert json.loads((out / "stock" / "runs.json").read_text())[-1]["sessions_sha256"] == "b"
+
+
+def test_real_server_teacher_forced_routing(llama_server_paths, tmp_path):
+    """Every request of a session follows its forced trace; what the engine records equals it."""
+    from ostinato.routing.trace import TraceShape, random_trace, read_trace, write_trace
+
+    sessions = make_sessions(2, 3)
+    shape = TraceShape(4, 16, 4)  # tiny-qwen3moe: 4 MoE layers of 16 experts, top-4
+    for s in sessions:
+        n_pos = sum(len(r.new_token_ids) + len(r.output_token_ids) for r in s.requests)
+        write_trace(tmp_path / "force" / (s.session_id.replace("/", "__") + ".route"),
+                    random_trace(shape, n_pos, [0, 1, 2, 3], seed=int(s.session_id[-1])))
+    cfg = ReplayConfig("stock", tmp_path / "out", machine="test", progress=False,
+                       routing_force_dir=tmp_path / "force", routing_record_dir=tmp_path / "rec")
+    with LlamaServer(real_config(llama_server_paths, tmp_path)) as server:
+        summary = run_replay(sessions, server, cfg)
+    assert summary.done == ["test/s0", "test/s1"], summary.failed
+    for s in sessions:
+        name = s.session_id.replace("/", "__") + ".route"
+        forced, rec = read_trace(tmp_path / "force" / name), read_trace(tmp_path / "rec" / name)
+        computed = rec.ids != shape.none_id
+        assert computed[:, :3, :].sum() >= (rec.n_pos - 1) * 3 * 4  # every position of layers 0-2
+        assert np.array_equal(rec.ids[computed], forced.ids[: rec.n_pos][computed])
+    assert all(r["forced_match"] for r in ResultStore(tmp_path / "out" / "stock").iter_records())
+
+
+def test_missing_forced_trace_is_named_before_any_request(fake_bin, fake_model, tmp_path):
+    cfg = ReplayConfig("stock", tmp_path / "out", progress=False, routing_force_dir=tmp_path / "none")
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        with pytest.raises(FileNotFoundError, match="test__s0.route"):
+            run_replay(make_sessions(1, 1), server, cfg)

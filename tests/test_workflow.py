@@ -69,3 +69,20 @@ def test_every_config_key_is_documented():
     assert "replay.engines.<engine>.variant" in keys and "models.<name>.spec" in keys
     missing = [k for k in keys if f"`{k}`" not in doc and f"`{k}." not in doc]
     assert not missing, f"config keys without a row in config/README.md: {missing}"
+
+
+def test_forced_routing_config_puts_traces_before_the_replay(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["replay"]["routing_force"] = True
+    bad = tmp_path / "forced.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("-n", "--configfile", str(bad), "--cores", "1")
+    assert proc.returncode != 0 and "replay.routing_force" in proc.stdout + proc.stderr
+    cfg["routing"]["sets"] = list(cfg["replay"]["sets"])
+    cfg["routing"]["model"] = {"n_layer": 4, "n_expert": 16, "n_expert_used": 4}
+    good = tmp_path / "forced-ok.yaml"
+    good.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("results/replay/tau2-few/stock.sessions.csv", "-n", "-p", "--forceall", "--cores", "1",
+                      "--configfile", str(good))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "make_routing" in proc.stdout and "--routing-force-dir results/routing/tau2-few" in proc.stdout

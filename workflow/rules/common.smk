@@ -25,6 +25,8 @@ def check_replay_config():
     for s in r["sets"]:
         if s not in config["sessions"]["sets"]:
             raise ValueError(f"config replay.sets: {s!r} is not a key of sessions.sets")
+        if r.get("routing_force") and s not in config.get("routing", {}).get("sets", []):
+            raise ValueError(f"config replay.routing_force: the replayed set {s!r} has no traces; add it to routing.sets")
 
 
 check_replay_config()

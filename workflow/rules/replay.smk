@@ -6,6 +6,7 @@ rule replay:
         server=lambda w: engine_bin(config["replay"]["engines"][w.engine]["variant"]),
         model=f"models/{config['replay']['model']}.gguf",
         sessions="results/sessions/{set}.jsonl",
+        routing=lambda w: f"results/routing/{w.set}" if config["replay"].get("routing_force") else [],
     output:
         sessions="results/replay/{set}/{engine}.sessions.csv",
         requests="results/replay/{set}/{engine}.requests.csv",
@@ -23,11 +24,15 @@ rule replay:
         server_args=lambda w: server_args(w.engine),
         env=lambda w: server_env(w.engine),
         preset=lambda w: preset_opts(w.engine),
+        routing=lambda w, input: (f"--routing-force-dir {input.routing} "
+                                  f"--routing-record-dir results/replay/{w.set}/{w.engine}/routing")
+                                 if input.routing else "",
         machine=MACHINE,
     shell:
         "(ostinato replay run --engine-name {wildcards.engine} --server-bin {input.server} "
         "--model {input.model} --sessions {input.sessions} --out results/replay/{wildcards.set} "
-        "--machine-label {params.machine} {params.preset} {params.server_args} {params.env} --no-progress "
+        "--machine-label {params.machine} {params.preset} {params.routing} {params.server_args} {params.env} "
+        "--no-progress "
         "--on-setup-change restart "
         "&& ostinato replay summarize --in results/replay/{wildcards.set}/{wildcards.engine} "
         "--out {output.sessions} --requests-out {output.requests}) > {log} 2>&1"

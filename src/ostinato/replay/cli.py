@@ -41,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="one extra server argument, repeatable; write --server-arg=-c --server-arg=4096")
     r.add_argument("--server-args", default="", metavar="'ARGS'", help="extra server arguments as one shell-quoted string")
     r.add_argument("--env", action="append", default=[], type=_env_pair, metavar="KEY=VALUE", help="server environment")
+    r.add_argument("--routing-force-dir", type=Path, default=None,
+                   help="teacher-forced routing: the engine follows DIR/<session>.route (ostinato routing generate)")
+    r.add_argument("--routing-record-dir", type=Path, default=None,
+                   help="record the engine's routing of each session to DIR/<session>.route")
     r.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="named engine configuration: its placement flags and environment come first (ostinato.engines)")
     r.add_argument("--expert-budget-gib", type=float, default=None,
@@ -122,11 +126,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     cfg = ReplayConfig(
         engine=args.engine_name, out_dir=args.out, machine=machine.label, retry_failed=args.retry_failed,
         on_setup_change=args.on_setup_change,
+        routing_force_dir=args.routing_force_dir, routing_record_dir=args.routing_record_dir,
         request_timeout_s=args.request_timeout, warmup=not args.no_warmup, progress=not args.no_progress,
     )
     run_info = {
         **sessions_digest(args.sessions),
         "engine_preset": {"name": engine.name, "description": engine.description} if args.preset else None,
+        "routing_force_dir": str(args.routing_force_dir) if args.routing_force_dir else None,
         "server_command": config.command(0, Path("<slot-save-path>")),
         "model": str(args.model),
         "machine_info": machine.to_json(),

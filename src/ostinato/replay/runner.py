@@ -51,6 +51,10 @@ class ReplayConfig:
     # when the sessions file, model or server command changed since the results were made:
     # "refuse" (an error) or "restart" (move the old results aside and start afresh)
     on_setup_change: str = "refuse"
+    # teacher-forced routing: the engine follows <routing_force_dir>/<session>.route (positions of the whole
+    # conversation), and/or records what it computes to <routing_record_dir>/<session>.route
+    routing_force_dir: Path | None = None
+    routing_record_dir: Path | None = None
     request_timeout_s: float = 600.0
     temperature: float = 0.0
     warmup: bool = True
@@ -124,6 +128,7 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
     except (httpx.TransportError, RuntimeError) as exc:
         reason, restart = failure_reason(server, f"slot erase failed: {exc}")
     context: list[int] = []
+    extra = routing_fields(cfg, session.session_id)
     for turn, req in enumerate(session.requests):
         prompt = context + list(req.new_token_ids)
         if reason:
@@ -132,7 +137,7 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
             if bar is not None:
                 bar.update(1)
             continue
-        inp = RequestInput(tuple(prompt), max(1, req.n_output), req.output_token_ids, cfg.temperature)
+        inp = RequestInput(tuple(prompt), max(1, req.n_output), req.output_token_ids, cfg.temperature, extra=extra)
         out = send_completion(server.client, server.base_url, inp, cfg.request_timeout_s)
         error = ""
         if not out.success:
@@ -145,6 +150,36 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
         if cfg.after_request is not None:
             cfg.after_request(server, session, turn)
     return records, reason, restart
+
+
+def trace_path(directory: Path, session_id: str) -> Path:
+    """The routing trace of a session in a trace directory (`/` in the id becomes `__`)."""
+    return Path(directory).resolve() / (session_id.replace("/", "__") + ".route")
+
+
+def routing_fields(cfg: ReplayConfig, session_id: str) -> dict:
+    """The request's `routing` field (force and/or record trace of this session), or nothing."""
+    if cfg.routing_force_dir is None and cfg.routing_record_dir is None:
+        return {}
+    routing = {}
+    if cfg.routing_force_dir is not None:
+        routing["force"] = str(trace_path(cfg.routing_force_dir, session_id))
+    if cfg.routing_record_dir is not None:
+        Path(cfg.routing_record_dir).mkdir(parents=True, exist_ok=True)
+        routing["record"] = str(trace_path(cfg.routing_record_dir, session_id))
+    return {"routing": routing}
+
+
+def check_forced_traces(sessions: list[TokenizedSession], cfg: ReplayConfig) -> None:
+    """Fail before any request if a session has no forced routing trace (naming the file)."""
+    if cfg.routing_force_dir is None:
+        return
+    missing = [trace_path(cfg.routing_force_dir, s.session_id) for s in sessions
+               if not trace_path(cfg.routing_force_dir, s.session_id).is_file()]
+    if missing:
+        raise FileNotFoundError(f"--routing-force-dir: no routing trace {missing[0]} "
+                                f"({len(missing)} of {len(sessions)} sessions lack one; make them with "
+                                f"`ostinato routing generate --sessions ...`)")
 
 
 def _sha256(path: Path) -> str:
@@ -164,6 +199,7 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     A session's lines are written when it ends (atomically), so a killed run resumes at the first
     missing session; failed sessions are kept as recorded unless `retry_failed`.
     """
+    check_forced_traces(sessions, cfg)
     store = ResultStore.for_engine(cfg.out_dir, cfg.engine)
     if cfg.on_setup_change == "restart" and _setup_changed(_read_runs(store.root / "runs.json"), run_info or {}):
         aside = store.root.with_name(f"{store.root.name}.superseded-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}")
@@ -213,7 +249,7 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
 
 
 # Keys of runs.json that must not change between a run and its resumption.
-SETUP_KEYS = ("sessions_sha256", "model", "server_command")
+SETUP_KEYS = ("sessions_sha256", "model", "server_command", "routing_force_dir")
 
 
 def _setup_changed(history: list[dict], info: dict) -> list[str]:
