@@ -435,3 +435,13 @@ def test_missing_forced_trace_is_named_before_any_request(fake_bin, fake_model, 
     with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
         with pytest.raises(FileNotFoundError, match="test__s0.route"):
             run_replay(make_sessions(1, 1), server, cfg)
+
+
+def test_turning_forced_routing_on_is_a_setup_change(fake_bin, fake_model, tmp_path):
+    sessions = make_sessions(1, 1)
+    out = tmp_path / "out"
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        run_replay(sessions, server, ReplayConfig("stock", out, progress=False), run_info={"sessions_sha256": "a"})
+        with pytest.raises(ValueError, match="routing_force_dir"):
+            run_replay(sessions, server, ReplayConfig("stock", out, progress=False),
+                       run_info={"sessions_sha256": "a", "routing_force_dir": "traces/"})

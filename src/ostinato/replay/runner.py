@@ -257,7 +257,7 @@ def _setup_changed(history: list[dict], info: dict) -> list[str]:
     if not history:
         return []
     last = history[-1]
-    return [k for k in SETUP_KEYS if k in last and k in info and last[k] != info[k]]
+    return [k for k in SETUP_KEYS if last.get(k) != info.get(k)]
 
 
 def _check_same_setup(root: Path, history: list[dict], info: dict) -> None:
