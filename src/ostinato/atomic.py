@@ -1,8 +1,9 @@
-"""Atomic file writes: a temp file beside the target, fsync'd and renamed into place, so an interrupted
-run never leaves a file that looks complete."""
+"""File helpers: atomic writes (a temp file beside the target, fsync'd and renamed into place, so an
+interrupted run never leaves a file that looks complete) and file checksums."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -41,3 +42,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks (pins, downloads, provenance and replay setups record it)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()

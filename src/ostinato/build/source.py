@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -10,19 +9,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from ostinato.atomic import sha256_file
 from ostinato.build.gitutil import git
 from ostinato.build.pin import EnginePin
 
 UPSTREAM_TAG = "upstream"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Return the hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify_sdist(path: Path, pin: EnginePin) -> None:

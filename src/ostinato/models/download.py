@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ostinato.atomic import sha256_file
+
 CHUNK_BYTES = 8 << 20
 _SCHEMES = ("http", "https", "file")
 
@@ -39,15 +41,6 @@ def check_url(url: str) -> str:
     return url
 
 
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(CHUNK_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _bar(total: int | None, enabled: bool, desc: str) -> Any:
     """A tqdm byte counter, or None."""
     if not enabled:
@@ -73,7 +66,7 @@ def download(
 ) -> DownloadResult:
     """Fetch `url` to `out` if `out` is not already a file with this sha256; the final path only ever holds verified data."""
     url, expected, out = check_url(url), check_sha256(sha256), Path(out)
-    if out.is_file() and file_sha256(out) == expected:
+    if out.is_file() and sha256_file(out) == expected:
         return DownloadResult(out, out.stat().st_size, reused=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")

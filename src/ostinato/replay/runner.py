@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -13,8 +12,10 @@ from typing import Callable, Protocol
 import httpx
 from tqdm import tqdm
 
+from ostinato.atomic import sha256_file
 from ostinato.replay.client import RequestInput, RequestOutput, erase_slot, send_completion
 from ostinato.replay.store import ResultStore, write_json_atomic
+from ostinato.routing.trace import trace_filename
 from ostinato.sessions.model import TokenizedSession
 
 SKIPPED = "skipped: an earlier request of this session failed"
@@ -154,7 +155,7 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
 
 def trace_path(directory: Path, session_id: str) -> Path:
     """The routing trace of a session in a trace directory (`/` in the id becomes `__`)."""
-    return Path(directory).resolve() / (session_id.replace("/", "__") + ".route")
+    return Path(directory).resolve() / trace_filename(session_id)
 
 
 def routing_fields(cfg: ReplayConfig, session_id: str) -> dict:
@@ -180,15 +181,6 @@ def check_forced_traces(sessions: list[TokenizedSession], cfg: ReplayConfig) -> 
         raise FileNotFoundError(f"--routing-force-dir: no routing trace {missing[0]} "
                                 f"({len(missing)} of {len(sessions)} sessions lack one; make them with "
                                 f"`ostinato routing generate --sessions ...`)")
-
-
-def _sha256(path: Path) -> str:
-    """Return the sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConfig,
@@ -279,4 +271,4 @@ def _read_runs(path: Path) -> list[dict]:
 
 def sessions_digest(path: Path) -> dict:
     """Return provenance of a sessions file (path and sha256) for runs.json."""
-    return {"sessions_file": str(path), "sessions_sha256": _sha256(path)}
+    return {"sessions_file": str(path), "sessions_sha256": sha256_file(path)}

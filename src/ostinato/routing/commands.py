@@ -11,7 +11,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ostinato.atomic import atomic_open
-from ostinato.routing.generator import PROFILES, trace_filename, write_session_trace
+from ostinato.routing.generator import PROFILES, write_session_trace
+from ostinato.routing.trace import trace_filename
 from ostinato.routing.layout import SessionLayout, layout_from_json, read_layouts, synthetic_layouts
 from ostinato.routing.shapes import SHAPES, ModelShape, custom_shape, get_shape
 from ostinato.routing.stats import open_trace_dir, routing_facts

@@ -213,8 +213,3 @@ def write_session_trace(path: str | Path, shape: ModelShape, layout: SessionLayo
             out.write(ids)
             if progress is not None:
                 progress(ids.shape[0])
-
-
-def trace_filename(session: str) -> str:
-    """The trace file of a session id (`/` becomes `__`, as in replay outputs)."""
-    return session.replace("/", "__") + ".route"

@@ -243,7 +243,7 @@ def routing_facts(dev: Sequence[SessionTrace], heldout: Sequence[SessionTrace], 
 
 def open_trace_dir(directory: str | os.PathLike, layouts: Sequence[SessionLayout]) -> list[SessionTrace]:
     """The traces of `layouts` in a directory (`<session, / → __>.route`), each checked; errors name the file."""
-    from ostinato.routing.generator import trace_filename
+    from ostinato.routing.trace import trace_filename
     directory = Path(directory)
     out = []
     for lay in layouts:

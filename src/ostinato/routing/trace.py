@@ -168,3 +168,8 @@ def random_trace(shape: TraceShape, n_pos: int, moe_layers: list[int], seed: int
         keys = rng.random((n_pos, shape.n_expert))
         ids[:, il, :] = np.argsort(keys, axis=1)[:, : shape.n_expert_used]
     return RoutingTrace(shape, ids)
+
+
+def trace_filename(session: str) -> str:
+    """The trace file name of a session id (`/` becomes `__`, as in replay outputs)."""
+    return session.replace("/", "__") + ".route"

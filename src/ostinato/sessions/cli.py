@@ -229,7 +229,8 @@ def run_tables(args: argparse.Namespace) -> int:
 def run_split(args: argparse.Namespace) -> int:
     """Handler of `sessions split`; writes the split file and prints the set sizes."""
     from ostinato.sessions.splits import SplitSpec, make_splits, write_splits
-    from ostinato.sessions.tables import read_table, sha256_file
+    from ostinato.atomic import sha256_file
+    from ostinato.sessions.tables import read_table
 
     spec = SplitSpec(seed=args.seed)
     sets = make_splits(read_table(args.swe_table), read_table(args.tau2_table), spec, swe_source=args.swe_source)

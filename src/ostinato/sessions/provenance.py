@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ostinato.atomic import atomic_open
 from ostinato.sessions.sources import source_info
-from ostinato.sessions.tables import sha256_file
+from ostinato.atomic import sha256_file
 
 
 def _package_version(name: str) -> str:

@@ -128,12 +128,3 @@ def read_table(path: Path) -> dict[str, list[TurnRow]]:
             raise ValueError(f"{path}: session {r.session}: turn {r.turn} out of order (expected {len(rows)})")
         rows.append(r)
     return out
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file (recorded in provenance files)."""
-    h = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

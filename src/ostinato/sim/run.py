@@ -14,6 +14,7 @@ import yaml
 from ostinato.costmodel.decode import LayerCosts
 from ostinato.sim.engine import Request, simulate_session
 from ostinato.sim.params import SimParams
+from ostinato.routing.trace import trace_filename
 from ostinato.sim.policies import Policy
 
 
@@ -31,7 +32,7 @@ def read_sessions(path: str | os.PathLike) -> list[tuple[str, list[Request]]]:
 
 def routing_file(routing_dir: str | os.PathLike, session: str) -> Path:
     """The routing trace of a session: <dir>/<session id, '/' -> '__'>.route."""
-    return Path(routing_dir) / (session.replace("/", "__") + ".route")
+    return Path(routing_dir) / trace_filename(session)
 
 
 def simulate(sessions: list[tuple[str, list[Request]]], routing: dict[str, np.ndarray], n_expert: int,
