@@ -22,6 +22,33 @@ extern "C" {
                       const char * path_record,
                       const char * path_force);
 
+    // Resident expert pools (engine/README.md, "Resident expert pools" and "Residency plan format").
+    //
+    // Load a residency plan: allocate one pool per plan GPU (on the device llama.cpp put that GPU's layers
+    // on; a host buffer on a CPU-only build), copy the plan's experts into it and build the tables that map
+    // every (layer, expert) to a pool slot or to host memory. Call it after loading the model and before
+    // creating contexts, so the pools are allocated before the KV cache and compute buffers. Every routed
+    // expert tensor must be in host memory (--cpu-moe). Forward passes of fewer than n_upload_min tokens
+    // (Np) take the split path, longer ones the upload path. path_plan NULL or "" removes the plan.
+    // Returns 0 on success, -1 if the plan cannot be read, does not fit the model, or the pools cannot be allocated.
+    LLAMA_API int32_t llama_model_load_residency(
+            struct llama_model * model,
+                    const char * path_plan,
+                      uint32_t   n_upload_min);
+
+    struct llama_residency_stats {
+        int64_t  n_resident;       // experts in the pools
+        uint64_t n_upload_pass;    // forward passes that took the upload path
+        uint64_t n_upload_experts; // cold experts copied to the staging areas, summed over layers and passes
+        uint64_t n_upload_bytes;   // bytes copied
+        int64_t  t_upload_us;      // time spent copying (including the wait for the copies)
+    };
+
+    // statistics of the model's pools since the plan was loaded; -1 if no plan is loaded
+    LLAMA_API int32_t llama_model_residency_stats(
+            const struct llama_model * model,
+            struct llama_residency_stats * out);
+
 #ifdef __cplusplus
 }
 #endif

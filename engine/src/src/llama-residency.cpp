@@ -1,0 +1,599 @@
+#include "llama-residency.h"
+
+#include "llama-ostinato.h"
+#include "llama-context.h"
+#include "llama-impl.h"
+#include "llama-model.h"
+
+#include "ggml.h"
+#include "ggml-backend.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+using json = nlohmann::json;
+
+static const char * k_kind_name[LLAMA_RESIDENCY_N_KIND] = { "up", "gate", "down", "gate_up" };
+
+llama_residency::~llama_residency() {
+    for (auto * b : bufs) {
+        ggml_backend_buffer_free(b);
+    }
+    for (auto * c : ctxs) {
+        ggml_free(c);
+    }
+}
+
+static uint64_t residency_fnv1a64(const std::vector<uint32_t> & words) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t w : words) {
+        for (int i = 0; i < 4; ++i) {
+            h ^= (uint8_t) (w >> (8*i));
+            h *= 0x100000001b3ull;
+        }
+    }
+    return h;
+}
+
+static void residency_layer_exps(const llama_layer & layer, ggml_tensor ** exps) {
+    exps[LLAMA_RESIDENCY_UP]      = layer.ffn_up_exps;
+    exps[LLAMA_RESIDENCY_GATE]    = layer.ffn_gate_exps;
+    exps[LLAMA_RESIDENCY_DOWN]    = layer.ffn_down_exps;
+    exps[LLAMA_RESIDENCY_GATE_UP] = layer.ffn_gate_up_exps;
+}
+
+static bool residency_layer_has_extras(const llama_layer & layer) {
+    return layer.ffn_gate_exps_b || layer.ffn_down_exps_b || layer.ffn_up_exps_b || layer.ffn_gate_up_exps_b ||
+           layer.ffn_gate_exps_s || layer.ffn_down_exps_s || layer.ffn_up_exps_s;
+}
+
+// bytes of one routed expert of a layer: one slice of every expert matrix
+static uint64_t residency_expert_bytes(ggml_tensor * const * exps) {
+    uint64_t n = 0;
+    for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+        if (exps[k]) {
+            n += exps[k]->nb[2];
+        }
+    }
+    return n;
+}
+
+#define RSD_FAIL(...) do { LLAMA_LOG_ERROR("%s: residency plan '%s': ", __func__, path); LLAMA_LOG_ERROR(__VA_ARGS__); LLAMA_LOG_ERROR("\n"); return nullptr; } while (0)
+
+llama_residency * llama_residency_load(llama_model & model, const char * path, uint32_t n_upload_min) {
+    const auto & hparams = model.hparams;
+    const uint32_t n_layer  = hparams.n_layer();
+    const uint32_t n_expert = hparams.n_expert;
+    const uint32_t n_used   = hparams.n_expert_used_max();
+
+    if (n_expert == 0) {
+        RSD_FAIL("the model has no MoE layers");
+    }
+    if (n_upload_min == 0) {
+        RSD_FAIL("Np (the upload path's minimum pass) must be at least 1");
+    }
+
+    json doc;
+    {
+        std::ifstream f(path);
+        if (!f) {
+            RSD_FAIL("cannot open the file");
+        }
+        try {
+            doc = json::parse(f);
+        } catch (const std::exception & e) {
+            RSD_FAIL("not JSON: %s", e.what());
+        }
+    }
+
+    std::vector<std::vector<int>>                 gpu_layers;
+    std::vector<std::vector<std::pair<int, int>>> gpu_slots;
+    std::vector<uint64_t>                         gpu_pool_bytes;
+    try {
+        if (doc.value("format", "") != "ostinato-plan" || doc.value("version", 0) != 1) {
+            RSD_FAIL("key 'format'/'version': expected \"ostinato-plan\" version 1");
+        }
+        const json & m = doc.at("model");
+        const uint32_t p_layer = m.at("n_layer"), p_expert = m.at("n_expert"), p_used = m.at("n_expert_used");
+        if (p_layer != n_layer || p_expert != n_expert || p_used != n_used) {
+            RSD_FAIL("key 'model': n_layer=%u n_expert=%u n_expert_used=%u, the model has %u %u %u",
+                    p_layer, p_expert, p_used, n_layer, n_expert, n_used);
+        }
+        const std::vector<uint64_t> p_bytes = m.at("expert_bytes").get<std::vector<uint64_t>>();
+        if (p_bytes.size() != n_layer) {
+            RSD_FAIL("key 'model.expert_bytes': %zu entries, expected one per layer (%u)", p_bytes.size(), n_layer);
+        }
+        for (uint32_t il = 0; il < n_layer; ++il) {
+            ggml_tensor * exps[LLAMA_RESIDENCY_N_KIND];
+            residency_layer_exps(model.layers[il], exps);
+            const uint64_t b = residency_expert_bytes(exps);
+            if (p_bytes[il] != b) {
+                RSD_FAIL("key 'model.expert_bytes[%u]': %" PRIu64 " bytes, the model's experts of layer %u have %" PRIu64,
+                        il, p_bytes[il], il, b);
+            }
+        }
+
+        const json & gpus = doc.at("gpus");
+        gpu_layers.resize(gpus.size());
+        gpu_slots.resize(gpus.size());
+        gpu_pool_bytes.resize(gpus.size());
+        for (const json & g : gpus) {
+            const int j = g.at("gpu");
+            if (j < 0 || j >= (int) gpus.size() || !gpu_layers[j].empty()) {
+                RSD_FAIL("key 'gpus': GPUs must be numbered 0..%zu once each (found %d)", gpus.size() - 1, j);
+            }
+            gpu_layers[j] = g.at("layers").get<std::vector<int>>();
+            if (gpu_layers[j].empty()) {
+                RSD_FAIL("key 'gpus[%d].layers': empty", j);
+            }
+            gpu_pool_bytes[j] = g.value("pool_bytes", (uint64_t) 0);
+            for (const json & s : g.at("slots")) {
+                gpu_slots[j].emplace_back(s.at(0).get<int>(), s.at(1).get<int>());
+            }
+        }
+
+        std::vector<uint32_t> words = { n_layer, n_expert, n_used, (uint32_t) gpus.size() };
+        for (size_t j = 0; j < gpu_slots.size(); ++j) {
+            words.push_back((uint32_t) j);
+            words.push_back((uint32_t) gpu_slots[j].size());
+            for (const auto & s : gpu_slots[j]) {
+                words.push_back((uint32_t) s.first);
+                words.push_back((uint32_t) s.second);
+            }
+        }
+        char cs[40];
+        snprintf(cs, sizeof(cs), "fnv1a64:%016" PRIx64, residency_fnv1a64(words));
+        if (doc.value("checksum", "") != cs) {
+            RSD_FAIL("key 'checksum': '%s' does not match the slots (%s)", doc.value("checksum", "").c_str(), cs);
+        }
+    } catch (const json::exception & e) {
+        RSD_FAIL("%s", e.what());
+    }
+
+    auto rsd = std::make_unique<llama_residency>();
+    rsd->path = path;
+    rsd->n_upload_min = n_upload_min;
+    rsd->layers.resize(n_layer);
+
+    // pools: one per (plan GPU, size class); layer -> pool; slot numbers per pool in plan order
+    using klass = std::vector<std::tuple<int, int64_t, int64_t>>; // per kind: type, ne0, ne1 (type -1: absent)
+    std::map<std::pair<int, klass>, int> pool_of;
+    std::vector<int> layer_gpu(n_layer, -1);
+
+    for (size_t j = 0; j < gpu_layers.size(); ++j) {
+        ggml_backend_dev_t dev = nullptr;
+        for (int il : gpu_layers[j]) {
+            if (il < 0 || il >= (int) n_layer) {
+                RSD_FAIL("key 'gpus[%zu].layers': layer %d is outside the model (%u layers)", j, il, n_layer);
+            }
+            if (layer_gpu[il] >= 0) {
+                RSD_FAIL("key 'gpus[%zu].layers': layer %d is also on GPU %d", j, il, layer_gpu[il]);
+            }
+            layer_gpu[il] = (int) j;
+            ggml_backend_dev_t d = model.dev_layer(il);
+            if (dev == nullptr) {
+                dev = d;
+            } else if (d != dev) {
+                RSD_FAIL("key 'gpus[%zu].layers': llama.cpp put layer %d on %s but earlier layers of this GPU on %s; "
+                        "plan the GPUs as llama.cpp splits the layers", j, il, ggml_backend_dev_name(d), ggml_backend_dev_name(dev));
+            }
+
+            const llama_layer & layer = model.layers[il];
+            ggml_tensor * exps[LLAMA_RESIDENCY_N_KIND];
+            residency_layer_exps(layer, exps);
+            if (residency_expert_bytes(exps) == 0) {
+                continue; // dense layer
+            }
+            if (residency_layer_has_extras(layer)) {
+                RSD_FAIL("layer %d: experts with biases or scales are not supported by the resident pools", il);
+            }
+            klass kl;
+            for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+                ggml_tensor * t = exps[k];
+                if (t == nullptr) {
+                    kl.emplace_back(-1, 0, 0);
+                    continue;
+                }
+                if (t->buffer == nullptr || !ggml_backend_buffer_is_host(t->buffer)) {
+                    RSD_FAIL("tensor %s is in %s, not in host memory: the resident pools need every routed expert "
+                            "in host memory (llama-server: --cpu-moe, added by --residency-plan)",
+                            t->name, t->buffer ? ggml_backend_buffer_name(t->buffer) : "no buffer");
+                }
+                if (!ggml_is_contiguous(t) || t->ne[2] != (int64_t) n_expert) {
+                    RSD_FAIL("tensor %s: expected a contiguous [*, *, %u] expert tensor", t->name, n_expert);
+                }
+                kl.emplace_back((int) t->type, t->ne[0], t->ne[1]);
+            }
+            auto key = std::make_pair((int) j, kl);
+            auto it = pool_of.find(key);
+            if (it == pool_of.end()) {
+                llama_residency_pool p;
+                p.gpu = (int) j;
+                p.dev = dev;
+                p.n_expert = n_expert;
+                it = pool_of.emplace(key, (int) rsd->pools.size()).first;
+                rsd->pools.push_back(p);
+            }
+            auto & lr = rsd->layers[il];
+            lr.pool = it->second;
+            std::copy(exps, exps + LLAMA_RESIDENCY_N_KIND, lr.host);
+        }
+    }
+
+    // slots
+    std::vector<std::vector<int32_t>> slot_of(n_layer, std::vector<int32_t>(n_expert, -1));
+    for (size_t j = 0; j < gpu_slots.size(); ++j) {
+        uint64_t used = 0;
+        for (const auto & [il, e] : gpu_slots[j]) {
+            if (il < 0 || il >= (int) n_layer || e < 0 || e >= (int) n_expert) {
+                RSD_FAIL("key 'gpus[%zu].slots': (%d, %d) is outside the model", j, il, e);
+            }
+            if (layer_gpu[il] != (int) j) {
+                RSD_FAIL("key 'gpus[%zu].slots': layer %d is not on this GPU", j, il);
+            }
+            auto & lr = rsd->layers[il];
+            if (lr.pool < 0) {
+                RSD_FAIL("key 'gpus[%zu].slots': layer %d has no routed experts", j, il);
+            }
+            if (slot_of[il][e] >= 0) {
+                RSD_FAIL("key 'gpus[%zu].slots': expert (%d, %d) is resident twice", j, il, e);
+            }
+            slot_of[il][e] = (int32_t) rsd->pools[lr.pool].n_slot++;
+            lr.n_resident++;
+            used += residency_expert_bytes(lr.host);
+        }
+        if (gpu_pool_bytes[j] > 0 && used > gpu_pool_bytes[j]) {
+            RSD_FAIL("key 'gpus[%zu]': the slots need %" PRIu64 " bytes, pool_bytes is %" PRIu64, j, used, gpu_pool_bytes[j]);
+        }
+    }
+
+    // allocate: one context and buffer per pool (its experts, staging area and its layers' tables)
+    for (size_t ip = 0; ip < rsd->pools.size(); ++ip) {
+        auto & p = rsd->pools[ip];
+        ggml_init_params ip_params = {
+            /*.mem_size   =*/ ggml_tensor_overhead() * (2*LLAMA_RESIDENCY_N_KIND + 3*n_layer + 1),
+            /*.mem_buffer =*/ nullptr,
+            /*.no_alloc   =*/ true,
+        };
+        ggml_context * ctx = ggml_init(ip_params);
+        rsd->ctxs.push_back(ctx);
+
+        const llama_residency_layer * first = nullptr;
+        for (auto & lr : rsd->layers) {
+            if (lr.pool == (int) ip) {
+                first = first ? first : &lr;
+            }
+        }
+        for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+            const ggml_tensor * h = first->host[k];
+            if (h == nullptr) {
+                continue;
+            }
+            p.exps[k]  = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], p.n_slot + 1);
+            p.stage[k] = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], p.n_expert + 1);
+            ggml_format_name(p.exps[k],  "pool%zu.%s", ip, k_kind_name[k]);
+            ggml_format_name(p.stage[k], "stage%zu.%s", ip, k_kind_name[k]);
+        }
+        for (uint32_t il = 0; il < n_layer; ++il) {
+            auto & lr = rsd->layers[il];
+            if (lr.pool != (int) ip) {
+                continue;
+            }
+            lr.tab_slot  = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n_expert);
+            lr.tab_cold  = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n_expert);
+            lr.tab_stage = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n_expert);
+            ggml_format_name(lr.tab_slot,  "residency_slot-%u", il);
+            ggml_format_name(lr.tab_cold,  "residency_cold-%u", il);
+            ggml_format_name(lr.tab_stage, "residency_stage-%u", il);
+        }
+
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(p.dev);
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+        if (buf == nullptr) {
+            RSD_FAIL("cannot allocate pool %zu (%" PRId64 " resident experts and a staging area of %" PRId64 ") on %s",
+                    ip, p.n_slot, p.n_expert, ggml_backend_dev_name(p.dev));
+        }
+        rsd->bufs.push_back(buf);
+        ggml_backend_buffer_clear(buf, 0); // zero slots, and no stale NaNs in staging slots
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        LLAMA_LOG_INFO("%s: pool %zu on %s (plan GPU %d): %" PRId64 " resident experts, %.2f MiB with its staging area\n",
+                __func__, ip, ggml_backend_dev_name(p.dev), p.gpu, p.n_slot, ggml_backend_buffer_get_size(buf)/1048576.0);
+    }
+
+    // copy the resident experts and write the tables
+    for (uint32_t il = 0; il < n_layer; ++il) {
+        auto & lr = rsd->layers[il];
+        if (lr.pool < 0) {
+            continue;
+        }
+        const auto & p = rsd->pools[lr.pool];
+        std::vector<int32_t> t_slot(n_expert), t_cold(n_expert), t_stage(n_expert);
+        for (uint32_t e = 0; e < n_expert; ++e) {
+            const int32_t s = slot_of[il][e];
+            t_slot[e]  = s >= 0 ? s : (int32_t) p.n_slot;
+            t_cold[e]  = s >= 0 ? -1 : (int32_t) e;
+            t_stage[e] = s >= 0 ? (int32_t) p.n_expert : (int32_t) e;
+            if (s < 0) {
+                continue;
+            }
+            for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+                const ggml_tensor * h = lr.host[k];
+                if (h) {
+                    ggml_backend_tensor_set(p.exps[k], (const char *) h->data + e*h->nb[2], (size_t) s*h->nb[2], h->nb[2]);
+                }
+            }
+        }
+        ggml_backend_tensor_set(lr.tab_slot,  t_slot.data(),  0, n_expert*sizeof(int32_t));
+        ggml_backend_tensor_set(lr.tab_cold,  t_cold.data(),  0, n_expert*sizeof(int32_t));
+        ggml_backend_tensor_set(lr.tab_stage, t_stage.data(), 0, n_expert*sizeof(int32_t));
+    }
+
+    int n_moe = 0, n_res = 0;
+    for (const auto & lr : rsd->layers) {
+        n_moe += lr.pool >= 0;
+        n_res += lr.n_resident;
+    }
+    LLAMA_LOG_INFO("%s: residency plan '%s': %d resident experts over %d MoE layers in %zu pool(s); "
+            "passes of fewer than %u tokens take the split path, longer ones the upload path\n",
+            __func__, path, n_res, n_moe, rsd->pools.size(), n_upload_min);
+
+    return rsd.release();
+}
+
+//
+// graph
+//
+
+static llm_graph_input_residency * residency_input_get(llm_graph_result * res) {
+    for (auto & inp : res->inputs) {
+        if (auto * r = dynamic_cast<llm_graph_input_residency *>(inp.get())) {
+            return r;
+        }
+    }
+    return nullptr;
+}
+
+// mark the MUL_MAT_ID nodes that read `ids` so that the CPU skips ids < 0; they sit a few ops above
+// `out` (down <- activation <- gate/up), so the walk stops after a few levels instead of visiting the graph
+static void residency_mark_skip(ggml_tensor * out, const ggml_tensor * ids, int depth, std::set<ggml_tensor *> & seen) {
+    if (out == nullptr || out == ids || depth > 12 || !seen.insert(out).second) {
+        return;
+    }
+    if (out->op == GGML_OP_MUL_MAT_ID && out->src[2] == ids) {
+        out->op_params[LLAMA_RESIDENCY_MMID_SKIP] = 1;
+    }
+    for (int i = 0; i < GGML_MAX_SRC; ++i) {
+        residency_mark_skip(out->src[i], ids, depth + 1, seen);
+    }
+}
+
+// table lookup per route: [n_used, n_tokens] expert ids -> [n_used, n_tokens] values of tab
+static ggml_tensor * residency_lookup(ggml_context * ctx0, ggml_tensor * tab, ggml_tensor * ids_flat, int64_t n_used, int64_t n_tokens) {
+    ggml_tensor * v = ggml_get_rows(ctx0, tab, ids_flat); // [1, n_used*n_tokens]
+    return ggml_reshape_2d(ctx0, v, n_used, n_tokens);
+}
+
+ggml_tensor * llama_residency_build_moe(
+        const llama_residency * rsd,
+               ggml_context * ctx0,
+           llm_graph_result * res,
+                ggml_cgraph * gf,
+                ggml_tensor * selected,
+                        int   il,
+          ggml_tensor * const * exps,
+                       bool   has_extras,
+        const llama_residency_experts_fn & build_experts) {
+    if (rsd == nullptr || il < 0 || il >= (int) rsd->layers.size() || has_extras) {
+        return nullptr;
+    }
+    const auto & lr = rsd->layers[il];
+    if (lr.pool < 0) {
+        return nullptr;
+    }
+    for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+        if (exps[k] != lr.host[k]) {
+            return nullptr; // another expert set than the plan's (not the layer's routed experts)
+        }
+    }
+    const auto & p = rsd->pools[lr.pool];
+
+    const int64_t n_used   = selected->ne[0];
+    const int64_t n_tokens = selected->ne[1];
+
+    ggml_tensor * ids_flat = ggml_reshape_1d(ctx0, ggml_cont(ctx0, selected), n_used*n_tokens);
+
+    // GPU branch: resident experts from the pool, cold routes on the zero slot
+    ggml_tensor * ids_hot = residency_lookup(ctx0, lr.tab_slot, ids_flat, n_used, n_tokens);
+    ggml_format_name(ids_hot, "ffn_moe_ids_hot-%d", il);
+    ggml_tensor * out_hot = build_experts(ids_hot, p.exps);
+    ggml_format_name(out_hot, "ffn_moe_hot-%d", il);
+
+    ggml_tensor * out_cold = nullptr;
+    if (n_tokens < (int64_t) rsd->n_upload_min) {
+        // split path: cold routes on the CPU from host memory, resident routes skipped (id -1)
+        ggml_tensor * ids_cold = residency_lookup(ctx0, lr.tab_cold, ids_flat, n_used, n_tokens);
+        ggml_format_name(ids_cold, "ffn_moe_ids_cold-%d", il);
+        out_cold = build_experts(ids_cold, lr.host);
+        std::set<ggml_tensor *> seen;
+        residency_mark_skip(out_cold, ids_cold, 0, seen);
+        ggml_format_name(out_cold, "ffn_moe_cold-%d", il);
+    } else {
+        // upload path: the eval callback copies each distinct cold expert into the staging area once,
+        // when the staging ids are computed; resident routes use the staging zero slot
+        ggml_tensor * ids_stage = residency_lookup(ctx0, lr.tab_stage, ids_flat, n_used, n_tokens);
+        ggml_format_name(ids_stage, "ffn_moe_ids_stage-%d", il);
+        ggml_build_forward_expand(gf, ids_stage); // computed (and its callback run) before the staging matmuls
+
+        auto * inp = residency_input_get(res);
+        if (inp == nullptr) {
+            inp = static_cast<llm_graph_input_residency *>(res->add_input(std::make_unique<llm_graph_input_residency>(rsd)));
+        }
+        inp->upload_nodes[ids_stage] = il;
+        inp->upload_last = il;
+
+        out_cold = build_experts(ids_stage, p.stage);
+        ggml_format_name(out_cold, "ffn_moe_staged-%d", il);
+    }
+
+    // each route is computed by exactly one branch; the other gives an exact zero
+    return ggml_add(ctx0, out_hot, out_cold);
+}
+
+//
+// upload path: the eval callback
+//
+
+static ggml_backend_t residency_backend_for(ggml_backend_sched_t sched, ggml_backend_dev_t dev) {
+    for (int i = 0; i < ggml_backend_sched_get_n_backends(sched); ++i) {
+        ggml_backend_t b = ggml_backend_sched_get_backend(sched, i);
+        if (ggml_backend_get_device(b) == dev) {
+            return b;
+        }
+    }
+    return nullptr;
+}
+
+static void residency_upload(llm_graph_input_residency & inp, ggml_tensor * t, int il) {
+    const llama_residency & rsd = *inp.rsd;
+    const auto & lr = rsd.layers[il];
+    const auto & p  = rsd.pools[lr.pool];
+
+    const int64_t t0 = ggml_time_us();
+
+    std::vector<int32_t> ids(ggml_nelements(t));
+    ggml_backend_tensor_get(t, ids.data(), 0, ids.size()*sizeof(int32_t));
+
+    std::vector<uint8_t> used(p.n_expert + 1, 0);
+    for (int32_t id : ids) {
+        GGML_ASSERT(id >= 0 && id <= p.n_expert);
+        used[id] = 1;
+    }
+
+    ggml_backend_t backend = residency_backend_for(inp.sched, p.dev);
+    uint64_t n_exp = 0, n_bytes = 0;
+
+    // copy runs of consecutive cold experts: staging slot e holds expert e
+    for (int64_t e = 0; e < p.n_expert; ) {
+        if (!used[e]) {
+            ++e;
+            continue;
+        }
+        int64_t e1 = e;
+        while (e1 + 1 < p.n_expert && used[e1 + 1]) {
+            ++e1;
+        }
+        for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+            const ggml_tensor * h = lr.host[k];
+            if (h == nullptr) {
+                continue;
+            }
+            const size_t off = (size_t) e*h->nb[2];
+            const size_t n   = (size_t) (e1 - e + 1)*h->nb[2];
+            if (backend) {
+                ggml_backend_tensor_set_async(backend, p.stage[k], (const char *) h->data + off, off, n);
+            } else {
+                ggml_backend_tensor_set(p.stage[k], (const char *) h->data + off, off, n);
+            }
+            n_bytes += n;
+        }
+        n_exp += e1 - e + 1;
+        e = e1 + 1;
+    }
+    if (backend) {
+        ggml_backend_synchronize(backend);
+    }
+
+    const int64_t dt = ggml_time_us() - t0;
+    inp.pass_experts += n_exp;
+    inp.pass_bytes   += n_bytes;
+    inp.pass_us      += dt;
+
+    if (il == inp.upload_last) {
+        rsd.n_upload_pass    += 1;
+        rsd.n_upload_experts += inp.pass_experts;
+        rsd.n_upload_bytes   += inp.pass_bytes;
+        rsd.t_upload_us      += inp.pass_us;
+        LLAMA_LOG_INFO("%s: upload pass of %" PRId64 " routes: %" PRIu64 " cold experts, %.1f MiB in %.2f ms (%.2f GB/s)\n",
+                __func__, (int64_t) ids.size(), inp.pass_experts, inp.pass_bytes/1048576.0, inp.pass_us/1000.0,
+                inp.pass_us > 0 ? inp.pass_bytes/(inp.pass_us*1000.0) : 0.0);
+        inp.pass_experts = 0;
+        inp.pass_bytes   = 0;
+        inp.pass_us      = 0;
+    }
+}
+
+static bool residency_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
+    auto * inp = static_cast<llm_graph_input_residency *>(user_data);
+    auto it = inp->upload_nodes.find(t);
+    if (it != inp->upload_nodes.end()) {
+        if (!ask) {
+            residency_upload(*inp, t, it->second);
+        }
+        return true; // our own node: the user's callback does not see it
+    }
+    if (inp->cb_user == nullptr) {
+        return false;
+    }
+    return inp->cb_user(t, ask, inp->cb_user_data);
+}
+
+void llama_residency_after_build(
+        const llama_residency * rsd,
+           llm_graph_result & res,
+       ggml_backend_sched_t   sched,
+  ggml_backend_sched_eval_callback cb_user,
+                       void * cb_user_data) {
+    if (rsd == nullptr) {
+        return;
+    }
+    auto * inp = residency_input_get(&res);
+    if (inp == nullptr || inp->upload_nodes.empty()) {
+        ggml_backend_sched_set_eval_callback(sched, cb_user, cb_user_data);
+        return;
+    }
+    inp->sched        = sched;
+    inp->cb_user      = cb_user;
+    inp->cb_user_data = cb_user_data;
+    ggml_backend_sched_set_eval_callback(sched, residency_eval_cb, inp);
+}
+
+//
+// public API
+//
+
+int32_t llama_model_load_residency(struct llama_model * model, const char * path_plan, uint32_t n_upload_min) {
+    if (path_plan == nullptr || path_plan[0] == '\0') {
+        model->residency.reset();
+        return 0;
+    }
+    llama_residency * rsd = llama_residency_load(*model, path_plan, n_upload_min);
+    if (rsd == nullptr) {
+        return -1;
+    }
+    model->residency.reset(rsd);
+    return 0;
+}
+
+int32_t llama_model_residency_stats(const struct llama_model * model, struct llama_residency_stats * out) {
+    if (model->residency == nullptr) {
+        return -1;
+    }
+    const auto & r = *model->residency;
+    out->n_resident = 0;
+    out->n_upload_pass    = r.n_upload_pass;
+    out->n_upload_experts = r.n_upload_experts;
+    out->n_upload_bytes   = r.n_upload_bytes;
+    out->t_upload_us      = r.t_upload_us;
+    for (const auto & lr : r.layers) {
+        out->n_resident += lr.n_resident;
+    }
+    return 0;
+}

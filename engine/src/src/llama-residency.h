@@ -1,0 +1,127 @@
+// Resident expert pools: the experts a residency plan names are kept in one pool per GPU, shared by
+// the layers on that GPU, and computed there in every forward pass. Passes of fewer than Np tokens
+// take the split path (hot routes from the pool, cold routes on the CPU from host memory); passes of
+// Np tokens or more take the upload path (each distinct cold expert copied once into a staging
+// buffer and computed on the GPU). Plan format and flags: engine/README.md.
+#pragma once
+
+#include "llama.h"
+#include "llama-graph.h"
+
+#include "ggml.h"
+#include "ggml-backend.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+struct llama_model;
+
+// op_params index that marks a MUL_MAT_ID whose negative ids the CPU skips (GGML_MUL_MAT_ID_SKIP in ggml-impl.h)
+#define LLAMA_RESIDENCY_MMID_SKIP 15
+
+// the expert matrices of one MoE layer, in the order up, gate, down, gate_up (absent ones are nullptr)
+enum llama_residency_kind {
+    LLAMA_RESIDENCY_UP      = 0,
+    LLAMA_RESIDENCY_GATE    = 1,
+    LLAMA_RESIDENCY_DOWN    = 2,
+    LLAMA_RESIDENCY_GATE_UP = 3,
+    LLAMA_RESIDENCY_N_KIND  = 4,
+};
+
+// one pool: the resident experts of the layers of one plan GPU whose expert matrices have the same
+// types and shapes (a "size class"), plus a staging area for the upload path
+struct llama_residency_pool {
+    int gpu = -1;                 // plan GPU
+    ggml_backend_dev_t dev = nullptr;
+    int64_t n_slot = 0;           // resident slots; slot n_slot is the zero slot
+    int64_t n_expert = 0;         // staging slots; slot n_expert is the zero slot
+
+    ggml_tensor * exps [LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_slot + 1]
+    ggml_tensor * stage[LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_expert + 1], one layer at a time
+};
+
+struct llama_residency_layer {
+    int pool = -1;                // -1: the layer computes as stock
+    int n_resident = 0;
+    ggml_tensor * host[LLAMA_RESIDENCY_N_KIND] = {}; // the model's expert tensors (host memory)
+
+    ggml_tensor * tab_slot  = nullptr; // I32 [1, n_expert]: pool slot of each expert, the zero slot if cold
+    ggml_tensor * tab_cold  = nullptr; // I32 [1, n_expert]: the expert if cold, -1 if resident
+    ggml_tensor * tab_stage = nullptr; // I32 [1, n_expert]: the expert if cold, the staging zero slot if resident
+};
+
+struct llama_residency {
+    ~llama_residency();
+
+    std::string path;
+    uint32_t    n_upload_min = 512;   // Np
+
+    std::vector<llama_residency_layer> layers; // per model layer
+    std::vector<llama_residency_pool>  pools;
+
+    std::vector<ggml_context *>         ctxs;
+    std::vector<ggml_backend_buffer_t>  bufs;
+
+    // upload statistics over the model's lifetime (llama_model_residency_stats)
+    mutable uint64_t n_upload_pass    = 0;
+    mutable uint64_t n_upload_experts = 0;
+    mutable uint64_t n_upload_bytes   = 0;
+    mutable int64_t  t_upload_us      = 0;
+};
+
+// parse and check the plan, allocate the pools, copy the resident experts; nullptr (and an error logged) on failure
+llama_residency * llama_residency_load(llama_model & model, const char * path, uint32_t n_upload_min);
+
+// the expert computation of build_moe_ffn for given ids and expert matrices (up, gate, down, gate_up)
+// returns the un-weighted expert outputs [n_embd, n_expert_used, n_tokens]
+using llama_residency_experts_fn = std::function<ggml_tensor * (ggml_tensor * ids, ggml_tensor * const * exps)>;
+
+// graph hook of build_moe_ffn: the experts' outputs computed from the pool and the CPU (split path)
+// or the pool and the staging buffer (upload path); nullptr when the layer computes as stock
+ggml_tensor * llama_residency_build_moe(
+        const llama_residency * rsd,
+               ggml_context * ctx0,
+           llm_graph_result * res,
+                ggml_cgraph * gf,
+                ggml_tensor * selected,
+                        int   il,
+          ggml_tensor * const * exps,
+                       bool   has_extras,
+        const llama_residency_experts_fn & build_experts);
+
+// after a graph was built: route the scheduler's eval callback through the upload path's hook when
+// the graph has upload layers (user callbacks are still called), else restore the user's callback
+void llama_residency_after_build(
+        const llama_residency * rsd,
+           llm_graph_result & res,
+       ggml_backend_sched_t   sched,
+  ggml_backend_sched_eval_callback cb_user,
+                       void * cb_user_data);
+
+// graph input that lists the upload nodes of one graph (the staging ids of each upload layer)
+class llm_graph_input_residency : public llm_graph_input_i {
+public:
+    llm_graph_input_residency(const llama_residency * rsd) : rsd(rsd) {}
+    virtual ~llm_graph_input_residency() = default;
+
+    void set_input(const llama_ubatch * ubatch) override { (void) ubatch; }
+    bool can_reuse(const llm_graph_params & params) override { (void) params; return true; }
+
+    const llama_residency * rsd;
+
+    std::unordered_map<const ggml_tensor *, int> upload_nodes; // staging ids node -> layer
+    int upload_last = -1;                                      // layer of the last upload node
+
+    // set by llama_residency_after_build
+    ggml_backend_sched_t sched = nullptr;
+    ggml_backend_sched_eval_callback cb_user = nullptr;
+    void * cb_user_data = nullptr;
+
+    // statistics of the pass in flight
+    uint64_t pass_experts = 0;
+    uint64_t pass_bytes   = 0;
+    int64_t  pass_us      = 0;
+};
