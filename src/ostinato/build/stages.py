@@ -162,6 +162,8 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
             base = tag
             continue
         t0 = time.monotonic()
+        # taken before the stage's inputs are read: an edit during the build makes the next build redo the stage
+        fp = variant_fingerprint(req, stage)
         progress(f"[engine] {stage}: applying {len(stage_patches(engine, stage))} patch(es) on {base}")
         git(tree, "am", "--abort", check=False)
         at_base = git(tree, "rev-parse", "HEAD").strip() == git(tree, "rev-parse", f"{base}^{{commit}}").strip()
@@ -180,7 +182,7 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
         _install(bdir / "bin", req.out / stage / "bin", req.targets)
         m = VariantManifest(
             variant=stage, backend=req.backend.name, backend_reason=req.backend.reason,
-            fingerprint=variant_fingerprint(req, stage), build_number=pin.build_number,
+            fingerprint=fp, build_number=pin.build_number,
             upstream_commit=pin.commit, tree_commit=git(tree, "rev-parse", "HEAD").strip(),
             patches=[str(p.relative_to(req.repo)) for s in STAGES[1 : STAGES.index(stage) + 1]
                      for p in stage_patches(engine, s)],
