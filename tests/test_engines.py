@@ -27,6 +27,15 @@ def test_budget_edges_and_layers_of_two_sizes():
     assert preset("llama.cpp-layers", ExpertBudget((100,) * 8, 0)).server_args[-1] == "8"
 
 
+def test_ostinato_preset_loads_the_plan():
+    budget = ExpertBudget((V4_LAYER,) * 8, 14 * GIB)
+    cfg = preset("ostinato", budget, plan="p.json", upload_min=256)
+    assert cfg.variant == "ostinato"
+    assert cfg.server_args == ("-ngl", "99", "--residency-plan", "p.json", "--residency-upload-min", "256")
+    with pytest.raises(ValueError, match="residency plan"):
+        preset("ostinato", budget)
+
+
 def test_cpu_and_gpu_experts_presets():
     budget = ExpertBudget((100,) * 4)
     assert "--cpu-moe" in preset("llama.cpp-cpu-experts", budget).server_args

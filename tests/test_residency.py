@@ -195,3 +195,24 @@ def test_cli_profile_capacity_plan(tmp_path) -> None:
     assert run("plan", "--profile", str(tmp_path / "p.json"), "--slots", "3,3", "--expert-bytes", "50",
                "--out", str(tmp_path / "plan2.json")) == 0
     assert read_plan(tmp_path / "plan2.json").hot_mask().sum() == 6
+
+
+def test_plan_for_a_gguf_model_by_resident_share(tiny_v4_model, llama_tree, tmp_path):
+    from ostinato.cli import main
+    from ostinato.residency.gguf_shape import moe_shape_from_gguf
+    from ostinato.routing.trace import random_trace
+
+    shape = moe_shape_from_gguf(tiny_v4_model, llama_tree)
+    moe = shape.moe_layers()
+    assert moe and all(shape.expert_bytes[l] > 0 for l in moe) and shape.n_vocab > 0
+    write_trace(tmp_path / "a.route", random_trace(TraceShape(shape.n_layer, shape.n_expert, shape.n_expert_used),
+                                                   200, moe, seed=1))
+    assert main(["residency", "profile", "--trace", str(tmp_path / "a.route"), "--out", str(tmp_path / "p.json")]) == 0
+    rc = main(["residency", "plan", "--profile", str(tmp_path / "p.json"), "--gguf", str(tiny_v4_model),
+               "--llama-tree", str(llama_tree), "--resident-share", "0.5", "--out", str(tmp_path / "plan.json")])
+    assert rc == 0
+    plan = read_plan(tmp_path / "plan.json")
+    assert plan.expert_bytes == list(shape.expert_bytes)
+    assert len(plan.slots[0]) == round(0.5 * len(moe) * shape.n_expert)
+    assert main(["residency", "plan", "--profile", str(tmp_path / "p.json"), "--resident-share", "0.5",
+                 "--out", str(tmp_path / "x.json")]) == 2  # needs --gguf

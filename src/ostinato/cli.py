@@ -19,6 +19,7 @@ _GROUPS = (
     "ostinato.limit.cli",
     "ostinato.sim.cli",
     "ostinato.figures.cli",
+    "ostinato.bench.cli",
 )
 
 

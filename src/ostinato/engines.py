@@ -93,18 +93,32 @@ def _gpu_experts(budget: ExpertBudget) -> EngineConfig:
                         "every routed expert on the GPU (the upper bound when they fit)")
 
 
+def _ostinato(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    if not plan:
+        raise ValueError("engine preset 'ostinato' needs a residency plan file (plan=...)")
+    return EngineConfig(
+        "ostinato", "ostinato", ("-ngl", "99", "--residency-plan", str(plan), "--residency-upload-min", str(upload_min)),
+        {}, f"the plan's experts resident on the GPU (pool of at most the expert budget); passes of fewer than "
+            f"{upload_min} tokens compute cold routes on the CPU, longer ones upload each cold expert once")
+
+
 PRESETS = {
     "llama.cpp-layers": _layers,
     "llama.cpp-cpu-experts": _cpu_experts,
     "llama.cpp-gpu-experts": _gpu_experts,
+    "ostinato": _ostinato,
 }
 
 
 def preset(name: str, budget: ExpertBudget, variant: str | None = None,
-           extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None) -> EngineConfig:
-    """The named configuration for this budget; `variant`, extra flags and environment override or add."""
+           extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
+           plan: str | None = None, upload_min: int = 512) -> EngineConfig:
+    """The named configuration for this budget; `variant`, extra flags and environment override or add.
+
+    `plan` and `upload_min` (Np) are used by the `ostinato` preset only.
+    """
     if name not in PRESETS:
         raise ValueError(f"engine preset {name!r}: expected one of {', '.join(PRESETS)}")
-    cfg = PRESETS[name](budget)
+    cfg = _ostinato(budget, plan, upload_min) if name == "ostinato" else PRESETS[name](budget)
     return EngineConfig(cfg.name, variant or cfg.variant, cfg.server_args + tuple(extra_args),
                         {**cfg.env, **(extra_env or {})}, cfg.description)

@@ -51,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --preset: GPU memory for routed experts, the same for every compared engine (default: no limit)")
     r.add_argument("--llama-tree", type=Path, default=None,
                    help="with --preset: the pinned llama.cpp tree, whose gguf-py reads the model's expert sizes")
+    r.add_argument("--residency-plan", default=None, help="with --preset ostinato: the residency plan file")
+    r.add_argument("--residency-upload-min", type=int, default=512, help="with --preset ostinato: Np")
     r.add_argument("--machine-label", default=None, help="short machine name for plots (default from the hardware)")
     r.add_argument("--select", type=int, default=0, help="replay only the first N sessions of the file (0 = all)")
     r.add_argument("--retry-failed", action="store_true", help="replay sessions recorded as failed again")
@@ -98,7 +100,8 @@ def _engine_preset(args: argparse.Namespace) -> EngineConfig:
     if args.llama_tree is None:
         raise ValueError("--preset needs --llama-tree (the pinned llama.cpp tree whose gguf-py reads the model)")
     budget_bytes = None if args.expert_budget_gib is None else int(args.expert_budget_gib * (1 << 30))
-    return preset(args.preset, expert_budget_from_gguf(args.model, args.llama_tree, budget_bytes))
+    return preset(args.preset, expert_budget_from_gguf(args.model, args.llama_tree, budget_bytes),
+                  plan=args.residency_plan, upload_min=args.residency_upload_min)
 
 
 def run_cmd(args: argparse.Namespace) -> int:

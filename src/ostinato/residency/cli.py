@@ -52,12 +52,35 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if eb.size != n_layer:
             raise ValueError(f"capacity has {eb.size} layers, the profile {n_layer}")
     else:
-        if not args.slots or not args.expert_bytes:
-            raise ValueError("give --capacity, or --slots and --expert-bytes")
+        if args.resident_share is not None:
+            if not args.gguf or args.slots:
+                raise ValueError("--resident-share needs --gguf and replaces --slots")
+            if not 0 <= args.resident_share <= 1:
+                raise ValueError(f"--resident-share {args.resident_share}: expected a share in [0, 1]")
+            from ostinato.residency.gguf_shape import moe_shape_from_gguf
+            if not args.llama_tree:
+                raise ValueError("--gguf needs --llama-tree (the pinned tree whose gguf-py reads the model)")
+            n_routed = len(moe_shape_from_gguf(args.gguf, args.llama_tree).moe_layers()) * dev.shape.n_expert
+            args.slots = str(int(round(args.resident_share * n_routed)))
+        if not args.slots or not (args.expert_bytes or args.gguf):
+            raise ValueError("give --capacity, or --slots with --expert-bytes or --gguf")
         slots = [int(x) for x in args.slots.split(",")]
         layer_gpu = split_layers(n_layer, [1] * len(slots))[:n_layer]
-        eb = np.where(dev.counts.sum(axis=1) > 0, int(float(args.expert_bytes)), 0)
-        pool = [s * int(float(args.expert_bytes)) for s in slots]
+        one = int(float(args.expert_bytes)) if args.expert_bytes else 0
+        eb = np.where(dev.counts.sum(axis=1) > 0, one, 0)
+        pool = [s * one for s in slots]
+    if args.gguf:
+        # the engine checks every layer's expert bytes against the model: take them from the model itself
+        from ostinato.residency.gguf_shape import moe_shape_from_gguf
+        if not args.llama_tree:
+            raise ValueError("--gguf needs --llama-tree (the pinned tree whose gguf-py reads the model)")
+        shape = moe_shape_from_gguf(args.gguf, args.llama_tree)
+        if (shape.n_layer, shape.n_expert, shape.n_expert_used) != (n_layer, dev.shape.n_expert, dev.shape.n_expert_used):
+            raise ValueError(f"--gguf {args.gguf}: {shape.n_layer} layers, {shape.n_expert} experts, k={shape.n_expert_used}; "
+                             f"the profile has {n_layer}, {dev.shape.n_expert}, {dev.shape.n_expert_used}")
+        eb = np.asarray(shape.expert_bytes, dtype=np.int64)
+        if not args.capacity:
+            pool = [s * int(eb.max()) for s in slots]
     plan = plan_frequency(dev.counts, layer_gpu, eb, pool)
     pf = PlanFile(args.model_name, n_layer, dev.shape.n_expert, dev.shape.n_expert_used, [int(x) for x in eb],
                   [[int(l) for l in np.flatnonzero(layer_gpu == j)] for j in range(len(pool))],
@@ -91,6 +114,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--capacity", help="capacity JSON from `residency capacity`")
     q.add_argument("--slots", help="comma list of slots per GPU (instead of --capacity; equal layer split)")
     q.add_argument("--expert-bytes", help="bytes of one expert (with --slots)")
+    q.add_argument("--gguf", help="the model: take each layer's expert bytes from it (as the engine checks them)")
+    q.add_argument("--llama-tree", help="with --gguf: the pinned llama.cpp tree (its gguf-py reads the model)")
+    q.add_argument("--resident-share", type=float, help="with --gguf, one GPU: this share of the profile's MoE "
+                   "layers' experts is resident (instead of --slots)")
     q.add_argument("--model-name", default="")
     q.add_argument("--heldout", help="held-out routing profile, for the summary's coverage")
     q.add_argument("--out", required=True)
