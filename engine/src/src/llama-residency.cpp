@@ -219,6 +219,7 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
                 p.gpu = (int) j;
                 p.dev = dev;
                 p.n_expert = n_expert;
+                p.n_used   = n_used;
                 it = pool_of.emplace(key, (int) rsd->pools.size()).first;
                 rsd->pools.push_back(p);
             }
@@ -277,8 +278,8 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
             if (h == nullptr) {
                 continue;
             }
-            p.exps[k]  = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], p.n_slot + 1);
-            p.stage[k] = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], p.n_expert + 1);
+            p.exps[k]  = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], p.n_slot + p.n_used);
+            p.stage[k] = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], p.n_expert + p.n_used);
             ggml_format_name(p.exps[k],  "pool%zu.%s", ip, k_kind_name[k]);
             ggml_format_name(p.stage[k], "stage%zu.%s", ip, k_kind_name[k]);
         }
@@ -287,13 +288,16 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
             if (lr.pool != (int) ip) {
                 continue;
             }
-            lr.tab_slot  = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n_expert);
-            lr.tab_cold  = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n_expert);
-            lr.tab_stage = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n_expert);
+            lr.tab_slot  = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, (int64_t) n_used*n_expert);
+            lr.tab_cold  = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, (int64_t) n_used*n_expert);
+            lr.tab_stage = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, (int64_t) n_used*n_expert);
             ggml_format_name(lr.tab_slot,  "residency_slot-%u", il);
             ggml_format_name(lr.tab_cold,  "residency_cold-%u", il);
             ggml_format_name(lr.tab_stage, "residency_stage-%u", il);
         }
+
+        p.route_offset = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_used, 1);
+        ggml_format_name(p.route_offset, "residency_route_offset%zu", ip);
 
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(p.dev);
         ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
@@ -315,12 +319,19 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
             continue;
         }
         const auto & p = rsd->pools[lr.pool];
-        std::vector<int32_t> t_slot(n_expert), t_cold(n_expert), t_stage(n_expert);
+        const size_t n_tab = (size_t) n_used*n_expert;
+        std::vector<int32_t> t_slot(n_tab), t_cold(n_tab), t_stage(n_tab);
+        for (uint32_t j = 0; j < n_used; ++j) {
+            for (uint32_t e = 0; e < n_expert; ++e) {
+                const int32_t s = slot_of[il][e];
+                const size_t  i = (size_t) j*n_expert + e;
+                t_slot[i]  = s >= 0 ? s : (int32_t) (p.n_slot + j);
+                t_cold[i]  = s >= 0 ? -1 : (int32_t) e;
+                t_stage[i] = s >= 0 ? (int32_t) (p.n_expert + j) : (int32_t) e;
+            }
+        }
         for (uint32_t e = 0; e < n_expert; ++e) {
             const int32_t s = slot_of[il][e];
-            t_slot[e]  = s >= 0 ? s : (int32_t) p.n_slot;
-            t_cold[e]  = s >= 0 ? -1 : (int32_t) e;
-            t_stage[e] = s >= 0 ? (int32_t) p.n_expert : (int32_t) e;
             if (s < 0) {
                 continue;
             }
@@ -331,9 +342,16 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
                 }
             }
         }
-        ggml_backend_tensor_set(lr.tab_slot,  t_slot.data(),  0, n_expert*sizeof(int32_t));
-        ggml_backend_tensor_set(lr.tab_cold,  t_cold.data(),  0, n_expert*sizeof(int32_t));
-        ggml_backend_tensor_set(lr.tab_stage, t_stage.data(), 0, n_expert*sizeof(int32_t));
+        ggml_backend_tensor_set(lr.tab_slot,  t_slot.data(),  0, n_tab*sizeof(int32_t));
+        ggml_backend_tensor_set(lr.tab_cold,  t_cold.data(),  0, n_tab*sizeof(int32_t));
+        ggml_backend_tensor_set(lr.tab_stage, t_stage.data(), 0, n_tab*sizeof(int32_t));
+    }
+    std::vector<float> off(n_used);
+    for (uint32_t j = 0; j < n_used; ++j) {
+        off[j] = (float) ((size_t) j*n_expert); // exact in F32 (far below 2^24)
+    }
+    for (const auto & p : rsd->pools) {
+        ggml_backend_tensor_set(p.route_offset, off.data(), 0, n_used*sizeof(float));
     }
 
     int n_moe = 0, n_res = 0;
@@ -375,9 +393,9 @@ static void residency_mark_skip(ggml_tensor * out, const ggml_tensor * ids, int 
     }
 }
 
-// table lookup per route: [n_used, n_tokens] expert ids -> [n_used, n_tokens] values of tab
-static ggml_tensor * residency_lookup(ggml_context * ctx0, ggml_tensor * tab, ggml_tensor * ids_flat, int64_t n_used, int64_t n_tokens) {
-    ggml_tensor * v = ggml_get_rows(ctx0, tab, ids_flat); // [1, n_used*n_tokens]
+// table lookup per route: flat index j*n_expert + e of every route -> [n_used, n_tokens] values of tab
+static ggml_tensor * residency_lookup(ggml_context * ctx0, ggml_tensor * tab, ggml_tensor * idx, int64_t n_used, int64_t n_tokens) {
+    ggml_tensor * v = ggml_get_rows(ctx0, tab, idx); // [1, n_used*n_tokens]
     return ggml_reshape_2d(ctx0, v, n_used, n_tokens);
 }
 
@@ -408,7 +426,13 @@ ggml_tensor * llama_residency_build_moe(
     const int64_t n_used   = selected->ne[0];
     const int64_t n_tokens = selected->ne[1];
 
-    ggml_tensor * ids_flat = ggml_reshape_1d(ctx0, ggml_cont(ctx0, selected), n_used*n_tokens);
+    // flat table index j*n_expert + e of every route (route position j, expert e), computed in F32
+    // (exact: far below 2^24) because ggml has no integer add
+    if (n_used != p.route_offset->ne[0]) {
+        return nullptr;
+    }
+    ggml_tensor * idx = ggml_add(ctx0, ggml_cast(ctx0, selected, GGML_TYPE_F32), p.route_offset);
+    ggml_tensor * ids_flat = ggml_reshape_1d(ctx0, ggml_cast(ctx0, idx, GGML_TYPE_I32), n_used*n_tokens);
 
     // GPU branch: resident experts from the pool, cold routes on the zero slot
     ggml_tensor * ids_hot = residency_lookup(ctx0, lr.tab_slot, ids_flat, n_used, n_tokens);
@@ -471,10 +495,12 @@ static void residency_upload(llm_graph_input_residency & inp, ggml_tensor * t, i
     std::vector<int32_t> ids(ggml_nelements(t));
     ggml_backend_tensor_get(t, ids.data(), 0, ids.size()*sizeof(int32_t));
 
-    std::vector<uint8_t> used(p.n_expert + 1, 0);
+    std::vector<uint8_t> used(p.n_expert, 0);
     for (int32_t id : ids) {
-        GGML_ASSERT(id >= 0 && id <= p.n_expert);
-        used[id] = 1;
+        GGML_ASSERT(id >= 0 && id < p.n_expert + p.n_used);
+        if (id < p.n_expert) {
+            used[id] = 1; // ids from n_expert on are the zero slots of resident routes
+        }
     }
 
     ggml_backend_t backend = residency_backend_for(inp.sched, p.dev);

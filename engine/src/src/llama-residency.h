@@ -33,14 +33,18 @@ enum llama_residency_kind {
 
 // one pool: the resident experts of the layers of one plan GPU whose expert matrices have the same
 // types and shapes (a "size class"), plus a staging area for the upload path
+// Zero slots: a token's k routes must select distinct matrices (CUDA's MUL_MAT_ID groups a token's rows by
+// id and assumes no repeats), so route position j of a token that is not computed here uses zero slot j.
 struct llama_residency_pool {
     int gpu = -1;                 // plan GPU
     ggml_backend_dev_t dev = nullptr;
-    int64_t n_slot = 0;           // resident slots; slot n_slot is the zero slot
-    int64_t n_expert = 0;         // staging slots; slot n_expert is the zero slot
+    int64_t n_slot   = 0;         // resident slots; slots n_slot .. n_slot + n_used - 1 are zero slots
+    int64_t n_expert = 0;         // staging slots (slot e holds expert e); then n_used zero slots
+    int64_t n_used   = 0;         // k
 
-    ggml_tensor * exps [LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_slot + 1]
-    ggml_tensor * stage[LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_expert + 1], one layer at a time
+    ggml_tensor * exps [LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_slot + n_used]
+    ggml_tensor * stage[LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_expert + n_used], one layer at a time
+    ggml_tensor * route_offset = nullptr;              // F32 [n_used, 1]: j*n_expert, added to the selected ids
 };
 
 struct llama_residency_layer {
@@ -48,9 +52,10 @@ struct llama_residency_layer {
     int n_resident = 0;
     ggml_tensor * host[LLAMA_RESIDENCY_N_KIND] = {}; // the model's expert tensors (host memory)
 
-    ggml_tensor * tab_slot  = nullptr; // I32 [1, n_expert]: pool slot of each expert, the zero slot if cold
-    ggml_tensor * tab_cold  = nullptr; // I32 [1, n_expert]: the expert if cold, -1 if resident
-    ggml_tensor * tab_stage = nullptr; // I32 [1, n_expert]: the expert if cold, the staging zero slot if resident
+    // tables indexed by j*n_expert + e for route position j and expert e (I32 [1, n_used*n_expert])
+    ggml_tensor * tab_slot  = nullptr; // pool slot of a resident expert, else pool zero slot j
+    ggml_tensor * tab_cold  = nullptr; // the expert if cold, -1 if resident
+    ggml_tensor * tab_stage = nullptr; // the expert if cold, else staging zero slot j
 };
 
 struct llama_residency {
