@@ -99,7 +99,7 @@ def _cmd_prefill(args: argparse.Namespace) -> int:
 
         def progress(engine, rep, n, o):
             what = f"prefill {n}" if n >= 0 else "decode"
-            print(f"[bench] {engine} rep {rep} {what}: ttft {o.ttft} tpot {o.tpot()} ok={o.success}",
+            print(f"[bench] {engine} rep {rep} {what}: ttft {o.ttft} tpot {o.tpot} ok={o.success}",
                   file=sys.stderr, flush=True)
 
         print(f"[bench] {cfg.name}: {' '.join(cfg.server_args)} {cfg.env}", file=sys.stderr, flush=True)
