@@ -27,6 +27,11 @@ def check_replay_config():
             raise ValueError(f"config replay.sets: {s!r} is not a key of sessions.sets")
         if r.get("routing_force") and s not in config.get("routing", {}).get("sets", []):
             raise ValueError(f"config replay.routing_force: the replayed set {s!r} has no traces; add it to routing.sets")
+    uses_plan = any(e.get("preset") == "ostinato" for e in r["engines"].values())
+    if uses_plan and "residency" not in r:
+        raise ValueError("config replay.engines: the 'ostinato' preset needs replay.residency (its development set)")
+    if "residency" in r and r["residency"]["dev_set"] not in config["sessions"]["sets"]:
+        raise ValueError(f"config replay.residency.dev_set: {r['residency']['dev_set']!r} is not a key of sessions.sets")
 
 
 check_replay_config()
@@ -74,13 +79,24 @@ def server_args(engine):
     return " ".join(f"--server-arg={a}" for a in args)
 
 
-def preset_opts(engine):
+def preset_opts(engine, input=None):
     """`ostinato replay run` preset options of one configured engine (its named configuration and the shared budget)."""
     name = config["replay"]["engines"][engine].get("preset")
     if not name:
         return ""
     budget = config["replay"].get("expert_budget_gib")
-    return f"--preset {name} --llama-tree {ENGINE_DIR}/tree" + (f" --expert-budget-gib {budget}" if budget else "")
+    opts = f"--preset {name} --llama-tree {ENGINE_DIR}/tree" + (f" --expert-budget-gib {budget}" if budget else "")
+    if name == "ostinato":
+        rsd = config["replay"]["residency"]
+        opts += f" --residency-plan {input.plan} --residency-upload-min {rsd.get('upload_min', 512)}"
+    return opts
+
+
+def replay_plan(engine):
+    """The residency plan an engine loads (the `ostinato` preset), else nothing."""
+    if config["replay"]["engines"][engine].get("preset") != "ostinato":
+        return []
+    return f"results/plan/replay/{config['replay']['model']}.plan.json"
 
 
 def server_env(engine):

@@ -61,3 +61,26 @@ rule costmodel_check:
         profile=name_pattern(config.get("costmodel", {}).get("profiles", [])),
     shell:
         "ostinato costmodel check --profile {wildcards.profile} --out {output} > {log} 2>&1"
+
+
+rule plan_replay_residency:
+    input:
+        profile=lambda w: f"results/profile/{config['replay']['residency']['dev_set']}.recorded.profile.json",
+        model="models/{model}.gguf",
+        tree=f"{ENGINE_DIR}/upstream/manifest.json",
+    output:
+        plan="results/plan/replay/{model}.plan.json",
+        summary="results/plan/replay/{model}.summary.json",
+    log:
+        "results/plan/replay/{model}.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        model=name_pattern([config["replay"]["model"]]),
+    params:
+        share=lambda w: config["replay"].get("residency", {}).get("resident_share", 0.5),
+        tree=f"{ENGINE_DIR}/tree",
+    shell:
+        "ostinato residency plan --profile {input.profile} --gguf {input.model} --llama-tree {params.tree} "
+        "--resident-share {params.share} --model-name {wildcards.model} --out {output.plan} "
+        "--summary {output.summary} > {log} 2>&1"

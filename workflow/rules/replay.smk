@@ -7,6 +7,7 @@ rule replay:
         model=f"models/{config['replay']['model']}.gguf",
         sessions="results/sessions/{set}.jsonl",
         routing=lambda w: f"results/routing/{w.set}" if config["replay"].get("routing_force") else [],
+        plan=lambda w: replay_plan(w.engine),
     output:
         sessions="results/replay/{set}/{engine}.sessions.csv",
         requests="results/replay/{set}/{engine}.requests.csv",
@@ -23,7 +24,7 @@ rule replay:
     params:
         server_args=lambda w: server_args(w.engine),
         env=lambda w: server_env(w.engine),
-        preset=lambda w: preset_opts(w.engine),
+        preset=lambda w, input: preset_opts(w.engine, input),
         routing=lambda w, input: (f"--routing-force-dir {input.routing} "
                                   f"--routing-record-dir results/replay/{w.set}/{w.engine}/routing")
                                  if input.routing else "",

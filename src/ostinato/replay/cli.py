@@ -101,7 +101,7 @@ def _engine_preset(args: argparse.Namespace) -> EngineConfig:
         raise ValueError("--preset needs --llama-tree (the pinned llama.cpp tree whose gguf-py reads the model)")
     budget_bytes = None if args.expert_budget_gib is None else int(args.expert_budget_gib * (1 << 30))
     return preset(args.preset, expert_budget_from_gguf(args.model, args.llama_tree, budget_bytes),
-                  plan=args.residency_plan, upload_min=args.residency_upload_min)
+                  plan=getattr(args, "residency_plan", None), upload_min=getattr(args, "residency_upload_min", 512))
 
 
 def run_cmd(args: argparse.Namespace) -> int:
