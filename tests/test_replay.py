@@ -445,3 +445,14 @@ def test_turning_forced_routing_on_is_a_setup_change(fake_bin, fake_model, tmp_p
         with pytest.raises(ValueError, match="routing_force_dir"):
             run_replay(sessions, server, ReplayConfig("stock", out, progress=False),
                        run_info={"sessions_sha256": "a", "routing_force_dir": "traces/"})
+
+
+def test_forced_tokens_match_allows_only_unstreamed_gaps():
+    from ostinato.replay.runner import forced_tokens_match
+
+    forced = [5, 6, 7, 8]
+    assert forced_tokens_match([5, 6, 7, 8], forced, 4)
+    assert forced_tokens_match([5, 7, 8], forced, 4)      # 6 ended inside a UTF-8 character: no chunk
+    assert not forced_tokens_match([5, 9, 8], forced, 4)  # a token that was not forced
+    assert not forced_tokens_match([6, 5], forced, 4)     # out of order
+    assert not forced_tokens_match([5, 6, 7], forced, 3)  # the server stopped early
