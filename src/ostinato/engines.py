@@ -6,17 +6,12 @@ turns that budget into its own placement flags, so configurations differ only in
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # Passes of at least this many tokens upload host experts to the GPU (llama.cpp's op offload), as in the
 # paper's whole-layer baseline (Table 6); llama.cpp's own default is 32.
 OP_OFFLOAD_MIN_BATCH = 512
-
-_EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down|gate_up)_(ch)?exps\.weight$")
-
 
 @dataclass(frozen=True)
 class ExpertBudget:
@@ -43,17 +38,14 @@ class ExpertBudget:
 
 def expert_budget_from_gguf(model: str | Path, tree: str | Path, budget_bytes: int | None) -> ExpertBudget:
     """Read each MoE layer's routed-expert bytes from a GGUF (with the pinned tree's gguf-py)."""
-    from ostinato.models.gguf_import import load_gguf
+    from ostinato.residency.gguf_shape import moe_shape_from_gguf
 
-    reader = load_gguf(tree).GGUFReader(str(model))
-    per_layer: dict[int, int] = defaultdict(int)
-    for t in reader.tensors:
-        m = _EXPERT_TENSOR.match(t.name)
-        if m:
-            per_layer[int(m.group(1))] += int(t.n_bytes)
-    if not per_layer:
-        raise ValueError(f"{model}: no routed-expert tensors (blk.N.ffn_*_exps.weight); is it a MoE model?")
-    return ExpertBudget(tuple(per_layer[i] for i in sorted(per_layer)), budget_bytes)
+    return expert_budget_from_shape(moe_shape_from_gguf(model, tree), budget_bytes)
+
+
+def expert_budget_from_shape(shape, budget_bytes: int | None) -> ExpertBudget:
+    """The budget of a model whose shape is already read (`ostinato.residency.gguf_shape.MoeShape`)."""
+    return ExpertBudget(tuple(b * shape.n_expert for b in shape.expert_bytes if b > 0), budget_bytes)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import numpy as np
 from ostinato.atomic import atomic_open
 from ostinato.bench.cold import cold_per_token_layer, whole_layer_hot
 from ostinato.bench.prefill import BenchPlan, EngineRun, run_engine, summarize, write_rows, write_summary
-from ostinato.engines import ExpertBudget, preset
+from ostinato.engines import expert_budget_from_shape, preset
 from ostinato.residency.gguf_shape import moe_shape_from_gguf
 from ostinato.residency.planfile import PlanFile, write_plan
 from ostinato.residency.planner import plan_frequency
@@ -64,7 +64,7 @@ def _cmd_prefill(args: argparse.Namespace) -> int:
     eb = np.array(shape.expert_bytes, dtype=np.int64)
     total = int(eb.sum()) * shape.n_expert
     budget_bytes = int(args.expert_fraction * total)
-    budget = ExpertBudget(tuple(int(b) * shape.n_expert for b in eb if b > 0), budget_bytes)
+    budget = expert_budget_from_shape(shape, budget_bytes)
     prof = profile_from_traces(dev_paths)
     layer_gpu = np.zeros(shape.n_layer, dtype=int)
     pl = plan_frequency(prof.counts, layer_gpu, eb, [budget_bytes])

@@ -46,6 +46,12 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     dev = read_profile(args.profile)
     n_layer = dev.shape.n_layer
+    shape = None
+    if args.gguf:  # read once: it gives the slots of --resident-share and each layer's expert bytes
+        from ostinato.residency.gguf_shape import moe_shape_from_gguf
+        if not args.llama_tree:
+            raise ValueError("--gguf needs --llama-tree (the pinned tree whose gguf-py reads the model)")
+        shape = moe_shape_from_gguf(args.gguf, args.llama_tree)
     if args.capacity:
         cap = Capacity.from_json(Path(args.capacity).read_text(encoding="utf-8"))
         layer_gpu, pool, eb = np.asarray(cap.layer_gpu[:n_layer]), cap.pool_bytes, np.asarray(cap.expert_bytes)
@@ -57,10 +63,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                 raise ValueError("--resident-share needs --gguf and replaces --slots")
             if not 0 <= args.resident_share <= 1:
                 raise ValueError(f"--resident-share {args.resident_share}: expected a share in [0, 1]")
-            from ostinato.residency.gguf_shape import moe_shape_from_gguf
-            if not args.llama_tree:
-                raise ValueError("--gguf needs --llama-tree (the pinned tree whose gguf-py reads the model)")
-            n_routed = len(moe_shape_from_gguf(args.gguf, args.llama_tree).moe_layers()) * dev.shape.n_expert
+            n_routed = len(shape.moe_layers()) * dev.shape.n_expert
             args.slots = str(int(round(args.resident_share * n_routed)))
         if not args.slots or not (args.expert_bytes or args.gguf):
             raise ValueError("give --capacity, or --slots with --expert-bytes or --gguf")
@@ -71,10 +74,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         pool = [s * one for s in slots]
     if args.gguf:
         # the engine checks every layer's expert bytes against the model: take them from the model itself
-        from ostinato.residency.gguf_shape import moe_shape_from_gguf
-        if not args.llama_tree:
-            raise ValueError("--gguf needs --llama-tree (the pinned tree whose gguf-py reads the model)")
-        shape = moe_shape_from_gguf(args.gguf, args.llama_tree)
         if (shape.n_layer, shape.n_expert, shape.n_expert_used) != (n_layer, dev.shape.n_expert, dev.shape.n_expert_used):
             raise ValueError(f"--gguf {args.gguf}: {shape.n_layer} layers, {shape.n_expert} experts, k={shape.n_expert_used}; "
                              f"the profile has {n_layer}, {dev.shape.n_expert}, {dev.shape.n_expert_used}")
