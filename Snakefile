@@ -17,6 +17,7 @@ include: "workflow/rules/sessions.smk"
 include: "workflow/rules/routing.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/plan.smk"
+include: "workflow/rules/sim.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/figures.smk"
 

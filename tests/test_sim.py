@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,12 +124,10 @@ def test_paper_illustrative_params() -> None:
     assert p.gpu_route_ms > 0
 
 
-def test_cli_run(tmp_path) -> None:
-    import argparse
-
+def _toy_inputs(tmp_path) -> list[str]:
+    """A 3-layer trace, its sessions as JSONL and as a trace manifest, a plan and simulator constants."""
     from ostinato.residency.planfile import PlanFile, write_plan
     from ostinato.routing.trace import RoutingTrace, TraceShape, write_trace
-    from ostinato.sim import cli as sim_cli
 
     rng = np.random.default_rng(0)
     n_pos = 120
@@ -139,22 +138,98 @@ def test_cli_run(tmp_path) -> None:
     lines = [{"session": "swe/a", "requests": [{"kind": "first", "n_new": 60, "n_output": 20},
                                                {"kind": "tool", "n_new": 10, "n_output": 30}]}]
     (tmp_path / "s.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "manifest.json").write_text(json.dumps({"synthetic": True, "sessions": lines}))
     slots = [np.array([[1, 0], [1, 1], [1, 2]]), np.array([[2, 0], [2, 5]])]
     write_plan(tmp_path / "plan.json", PlanFile("toy", 3, 8, 2, [0, 13400000, 13400000], [[0, 1], [2]],
                                                 [0, 0], slots))
     (tmp_path / "p.yaml").write_text("decode_other_ms: 10\nprefill_token_ms: 1\nprefill_pass_ms: 5\n"
                                      "cpu_route_ms: 0.02\ncpu_layer_ms: 0.1\ngpu_route_ms: 0.001\n"
                                      "upload_expert_ms: 0.5\nthreshold: 32\n")
+    return ["sim", "run", "--routing-dir", str(tmp_path), "--plan", str(tmp_path / "plan.json"),
+            "--sim-params", str(tmp_path / "p.yaml"), "--per-layer", "2", "--no-progress",
+            "--out-requests", str(tmp_path / "r.csv"), "--out-sessions", str(tmp_path / "s.csv")]
+
+
+def _sim_cli(argv: list[str]) -> int:
+    import argparse
+
+    from ostinato.sim import cli as sim_cli
+
     parser = argparse.ArgumentParser()
     sim_cli.register(parser.add_subparsers(dest="group"))
-    a = parser.parse_args(["sim", "run", "--sessions", str(tmp_path / "s.jsonl"), "--routing-dir", str(tmp_path),
-                           "--plan", str(tmp_path / "plan.json"), "--sim-params", str(tmp_path / "p.yaml"),
-                           "--per-layer", "2", "--borrowed-slots", "2", "--out-requests", str(tmp_path / "r.csv"),
-                           "--out-sessions", str(tmp_path / "s.csv")])
-    assert a.func(a) == 0
+    a = parser.parse_args(argv)
+    return a.func(a)
+
+
+def test_cli_run(tmp_path) -> None:
     import pandas as pd
+
+    argv = _toy_inputs(tmp_path)
+    assert _sim_cli(argv + ["--sessions", str(tmp_path / "s.jsonl"), "--borrowed-slots", "2"]) == 0
     s = pd.read_csv(tmp_path / "s.csv")
     assert len(s) == 7 and (s["total_s"] > 0).all()
+    # without --sessions the routing directory's manifest lists them: the same tables
+    (tmp_path / "s.csv").rename(tmp_path / "s-jsonl.csv")
+    assert _sim_cli(argv + ["--borrowed-slots", "2"]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "s.csv"), pd.read_csv(tmp_path / "s-jsonl.csv"))
+
+
+def test_read_sessions_names_missing_keys(tmp_path) -> None:
+    (tmp_path / "s.jsonl").write_text(json.dumps({"session": "swe/a", "requests": [{"kind": "first", "n_new": 3}]}))
+    with pytest.raises(ValueError, match=r"s\.jsonl: session 'swe/a' lacks key 'n_output'"):
+        read_sessions(tmp_path / "s.jsonl")
+    (tmp_path / "manifest.json").write_text(json.dumps({"synthetic": True}))
+    with pytest.raises(ValueError, match="lists no sessions"):
+        read_sessions(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nothing.jsonl"):
+        read_sessions(tmp_path / "nothing.jsonl")
+
+
+def test_validation_notebook_runs_under_papermill(tmp_path) -> None:
+    """The validation notebook on a toy simulation: paper beside simulated, every engine relative to Ostinato."""
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+    import yaml
+
+    pytest.importorskip("papermill")
+    repo = Path(__file__).resolve().parents[1]
+    assert _sim_cli(_toy_inputs(tmp_path)) == 0
+    params = {"sim_sessions": [str(tmp_path / "s.csv")], "sim_requests": [str(tmp_path / "r.csv")],
+              "sim_sets": ["toy"], "workloads": ["SWE"], "profile": "paper-4x4090d", "checks_json": "",
+              "table3_csv": str(repo / "data/paper/table3_heldout.csv"),
+              "table7_csv": str(repo / "data/paper/table7_ttft_by_kind.csv"),
+              "table8_csv": str(repo / "data/paper/table8_ablation.csv"),
+              "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables")}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-m", "papermill", str(repo / "notebooks/sim_validation.ipynb"),
+                          str(tmp_path / "out.ipynb"), "-f", str(tmp_path / "params.yaml"), "-k", "python3"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    t = pd.read_csv(tmp_path / "tables/sim_validation.csv")
+    assert set(t["series"]) == {"paper", "simulated (paper-4x4090d)"}
+    sim = t[t["series"] == "simulated (paper-4x4090d)"].set_index("engine")
+    assert sim.loc["ostinato", "total_rel"] == 1.0 and len(sim) == 5
+    s = pd.read_csv(tmp_path / "s.csv").set_index("engine")["total_s"]
+    assert sim.loc["llama.cpp-layers", "total_rel"] == pytest.approx(s["llama-layers"] / s["ostinato"])
+    paper = t[t["series"] == "paper"].set_index("engine")
+    assert paper.loc["llama.cpp-layers", "total_rel"] == pytest.approx(11880.4 / 7119.0)
+    abl = pd.read_csv(tmp_path / "tables/sim_validation_ablation.csv")
+    assert list(abl["step"]) == [1, 2, 3, 4, 5] and abl["simulated_rel_step1"].iloc[0] == 1.0
+    for f in ("figures/sim_validation.pdf", "figures/sim_validation.png", "tables/sim_validation.md"):
+        assert (tmp_path / f).stat().st_size > 0
+
+
+def test_validation_notebook_twin_in_sync() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    nb = json.loads((repo / "notebooks/sim_validation.ipynb").read_text())
+    assert nb["metadata"]["jupytext"]["formats"] == "ipynb,py:percent"
+    assert sum("parameters" in c.get("metadata", {}).get("tags", []) for c in nb["cells"]) == 1
+    text = (repo / "notebooks/sim_validation.py").read_text()
+    assert all("".join(c["source"]) in text for c in nb["cells"] if c["cell_type"] == "code")
 
 
 def test_borrowed_slots_serve_next_steps_and_reset_before_prefill() -> None:

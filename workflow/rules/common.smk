@@ -44,7 +44,7 @@ def all_targets():
         "figures/replay_summary.png",
         "tables/replay_summary.csv",
         "tables/replay_summary.md",
-    ] + table2_targets() + routing_targets() + plan_targets()
+    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets()
 
 
 SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
@@ -275,6 +275,53 @@ def plan_targets():
         return []
     return ["results/plan/plan.json", "results/plan/summary.json"] + [
         f"results/costmodel/checks-{p}.json" for p in config.get("costmodel", {}).get("profiles", [])]
+
+
+# --- sim (issue 4): the trace-driven simulator and its validation against the paper ---------------------
+def sim_cfg(key, default=None):
+    """A key of the `sim` config section."""
+    return config.get("sim", {}).get(key, default)
+
+
+def yaml_list(items):
+    """A YAML flow list of plain names, for `ostinato figures params --set key=[...]`."""
+    return "[" + ", ".join(str(i) for i in items) + "]"
+
+
+def sim_workload(name):
+    """The paper workload (SWE | tau2) a simulated trace set stands for."""
+    return "SWE" if routing_workload(name) == "swe" else "tau2"
+
+
+def sim_opts(input):
+    """`ostinato sim run` options: profile, model, policies, static-uniform experts per layer, simulator constants."""
+    opts = [f"--profile {sim_cfg('profile', 'paper-4x4090d')}", f"--model {sim_cfg('model', 'deepseek-v4-flash')}",
+            f"--policies {','.join(sim_cfg('policies', []))}", f"--per-layer {sim_cfg('per_layer', 58)}"]
+    if sim_cfg("params"):
+        opts.append(f"--sim-params {input.sim_params}")
+    return " ".join(opts)
+
+
+def sim_targets():
+    """Outputs of the simulator validation notebook (to add to `rule all`); none without `sim.sets`."""
+    if not sim_cfg("sets") or "plan" not in config:
+        return []
+    return ["figures/sim_validation.pdf", "figures/sim_validation.png", "tables/sim_validation.csv",
+            "tables/sim_validation.md"]
+
+
+def check_sim_config():
+    """Fail early, naming the key, if sim refers to unknown trace sets or a profile without its checks."""
+    for s in sim_cfg("sets", []):
+        if s not in routing_sets():
+            raise ValueError(f"config sim.sets: {s!r} is not in routing.sets or routing.synthetic")
+        if routing_workload(s) not in ("swe", "tau2"):
+            raise ValueError(f"config sim.sets: {s!r} has workload {routing_workload(s)!r}; the paper's are swe and tau2")
+    prof = sim_cfg("profile", "paper-4x4090d")
+    if sim_cfg("sets") and prof not in config.get("costmodel", {}).get("profiles", []):
+        raise ValueError(f"config sim.profile: {prof!r} must also be in costmodel.profiles (its checks go in the notebook)")
+    if sim_cfg("sets") and "plan" not in config:
+        raise ValueError("config sim.sets: the simulator needs the plan section (its residency plan)")
 
 
 def download_opts(source):

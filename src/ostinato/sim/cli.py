@@ -81,14 +81,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
                      args.ostinato_decode_delta_ms)
     if uni is not None:
         pols = [pol.static_per_layer(uni) if x.name == "static-uniform" else x for x in pols]
-    sessions = read_sessions(args.sessions)
+    sessions = read_sessions(args.sessions or Path(args.routing_dir) / "manifest.json")
     if args.select:
         sessions = sessions[: args.select]
     routing = {}
     for sid, _ in sessions:
         t = read_trace(routing_file(args.routing_dir, sid))
         routing[sid] = np.asarray(t.ids[:, layers, :]).astype(np.int64)
-    req, ses = simulate(sessions, routing, plan.n_expert, pols, c, p)
+    req, ses = simulate(sessions, routing, plan.n_expert, pols, c, p, progress=not args.no_progress)
     for path, df in ((args.out_requests, req), (args.out_sessions, ses)):
         with atomic_open(Path(path), "w") as f:
             df.to_csv(f, index=False)
@@ -105,7 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sim", help="trace-driven simulator of the engine policies")
     g = p.add_subparsers(dest="sim_cmd", required=True)
     r = g.add_parser("run", help="simulate sessions under several policies")
-    r.add_argument("--sessions", required=True, help="sessions JSONL (kind, n_new, n_output per request)")
+    r.add_argument("--sessions", help="sessions JSONL or trace manifest (kind, n_new, n_output per request); "
+                   "default: the routing directory's manifest.json")
     r.add_argument("--routing-dir", required=True, help="one trace per session: <session, / -> __>.route")
     r.add_argument("--plan", required=True, help="residency plan (Ostinato's set; buun's warm start)")
     r.add_argument("--profile", default="paper-4x4090d")
@@ -123,4 +124,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out-requests", required=True)
     r.add_argument("--out-sessions", required=True)
     r.add_argument("--params-out")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)

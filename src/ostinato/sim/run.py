@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+from tqdm import tqdm
 
 from ostinato.costmodel.decode import LayerCosts
 from ostinato.sim.engine import Request, simulate_session
@@ -19,14 +20,31 @@ from ostinato.sim.policies import Policy
 
 
 def read_sessions(path: str | os.PathLike) -> list[tuple[str, list[Request]]]:
-    """(session id, requests) from a sessions JSONL file (fields session, requests[kind, n_new, n_output])."""
+    """(session id, requests) from a sessions JSONL file or a routing directory's manifest.json.
+
+    Both list per session its requests with kind, n_new and n_output (a sessions JSONL one session per line,
+    a trace manifest under its "sessions" key).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"sessions: {path} not found (a sessions JSONL or a routing manifest.json)")
+    if path.name == "manifest.json":
+        docs = json.loads(path.read_text(encoding="utf-8")).get("sessions")
+        if not docs:
+            raise ValueError(f"{path}: the trace manifest lists no sessions (key 'sessions')")
+    else:
+        with open(path, encoding="utf-8") as f:
+            docs = [json.loads(line) for line in f if line.strip()]
     out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                d = json.loads(line)
-                out.append((d["session"], [Request(r["kind"], int(r["n_new"]), int(r["n_output"]))
-                                           for r in d["requests"]]))
+    for d in docs:
+        try:
+            out.append((d["session"], [Request(r["kind"], int(r["n_new"]), int(r["n_output"]))
+                                       for r in d["requests"]]))
+        except KeyError as e:
+            raise ValueError(f"{path}: session {d.get('session', '?')!r} lacks key {e} "
+                             "(expected session, requests[kind, n_new, n_output])") from None
     return out
 
 
@@ -36,13 +54,14 @@ def routing_file(routing_dir: str | os.PathLike, session: str) -> Path:
 
 
 def simulate(sessions: list[tuple[str, list[Request]]], routing: dict[str, np.ndarray], n_expert: int,
-             policies: list[Policy], c: LayerCosts, p: SimParams) -> tuple[pd.DataFrame, pd.DataFrame]:
+             policies: list[Policy], c: LayerCosts, p: SimParams,
+             progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-request rows (engine, session, turn, ...) and per-session totals for every policy."""
     rows = []
-    for pol in policies:
-        for sid, reqs in sessions:
-            for i, r in enumerate(simulate_session(reqs, routing[sid], n_expert, pol, c, p)):
-                rows.append({"engine": pol.name, "session": sid, "turn": i, **r})
+    jobs = [(pol, sid, reqs) for pol in policies for sid, reqs in sessions]
+    for pol, sid, reqs in tqdm(jobs, desc="simulate", unit="session", disable=not progress):
+        for i, r in enumerate(simulate_session(reqs, routing[sid], n_expert, pol, c, p)):
+            rows.append({"engine": pol.name, "session": sid, "turn": i, **r})
     req = pd.DataFrame(rows)
     if req.empty:
         return req, pd.DataFrame()
