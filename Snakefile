@@ -19,6 +19,7 @@ include: "workflow/rules/profile.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/sim.smk"
 include: "workflow/rules/replay.smk"
+include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/figures.smk"
 
 

@@ -104,3 +104,14 @@ def test_cli(tmp_path, capsys) -> None:
     out = json.loads((tmp_path / "l.json").read_text())
     assert out["reads_once"] <= out["reads_twice"] and out["positions"] == 40
     assert out["limit_ms_per_token"] == pytest.approx(out["reads_once"] / 40 * 13.4e6 / 20e6)
+
+
+def test_decode_positions_by_hand() -> None:
+    from ostinato.limit.cli import decode_positions
+    from ostinato.sim.engine import Request
+
+    # request 0: new 0-2, outputs 3-5 (steps feed 3, 4); request 1: new 6, outputs 7 (no step); request 2: new 8-9,
+    # outputs 10-11 (step feeds 10)
+    reqs = [Request("first", 3, 3), Request("tool", 1, 1), Request("tool", 2, 2)]
+    assert decode_positions(reqs).tolist() == [3, 4, 10]
+    assert decode_positions([]).size == 0

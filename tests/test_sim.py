@@ -196,8 +196,16 @@ def test_validation_notebook_runs_under_papermill(tmp_path) -> None:
 
     pytest.importorskip("papermill")
     repo = Path(__file__).resolve().parents[1]
-    assert _sim_cli(_toy_inputs(tmp_path)) == 0
+    assert _sim_cli(_toy_inputs(tmp_path) + ["--params-out", str(tmp_path / "params.json")]) == 0
+    from ostinato.cli import main as ostinato_main
+    assert ostinato_main(["limit", "--trace", str(tmp_path / "swe__a.route"), "--sessions", str(tmp_path / "manifest.json"),
+                          "--decode-only", "--slots", "3", "--initial-plan", str(tmp_path / "plan.json"),
+                          "--read-gbps", "20", "--other-ms-from", str(tmp_path / "params.json"),
+                          "--out", str(tmp_path / "limit.json")]) == 0
+    lim = json.loads((tmp_path / "limit.json").read_text())
+    assert lim["positions"] == 19 + 29 and lim["other_ms"] == 10 and lim["traces"][0]["session"] == "swe/a"
     params = {"sim_sessions": [str(tmp_path / "s.csv")], "sim_requests": [str(tmp_path / "r.csv")],
+              "limit_json": [str(tmp_path / "limit.json")],
               "sim_sets": ["toy"], "workloads": ["SWE"], "profile": "paper-4x4090d", "checks_json": "",
               "table3_csv": str(repo / "data/paper/table3_heldout.csv"),
               "table7_csv": str(repo / "data/paper/table7_ttft_by_kind.csv"),
@@ -219,6 +227,12 @@ def test_validation_notebook_runs_under_papermill(tmp_path) -> None:
     assert paper.loc["llama.cpp-layers", "total_rel"] == pytest.approx(11880.4 / 7119.0)
     abl = pd.read_csv(tmp_path / "tables/sim_validation_ablation.csv")
     assert list(abl["step"]) == [1, 2, 3, 4, 5] and abl["simulated_rel_step1"].iloc[0] == 1.0
+    lt = pd.read_csv(tmp_path / "tables/sim_validation_limit.csv").set_index("engine")
+    r = pd.read_csv(tmp_path / "r.csv")
+    o = r[r["engine"] == "ostinato"]
+    assert lt.loc["ostinato", "decode_ms_per_token"] == pytest.approx(o["decode_ms"].sum() / (19 + 29))
+    assert lt.loc["ostinato", "x_limit"] == pytest.approx(lt.loc["ostinato", "decode_ms_per_token"]
+                                                         / lim["traces"][0]["limit_ms_per_token"])
     for f in ("figures/sim_validation.pdf", "figures/sim_validation.png", "tables/sim_validation.md"):
         assert (tmp_path / f).stat().st_size > 0
 

@@ -2,6 +2,7 @@
 import json
 import re
 import socket
+from pathlib import Path
 
 from ostinato.build.backend import resolve_backend
 
@@ -44,7 +45,7 @@ def all_targets():
         "figures/replay_summary.png",
         "tables/replay_summary.csv",
         "tables/replay_summary.md",
-    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets()
+    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets() + calibrate_targets()
 
 
 SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
@@ -277,6 +278,30 @@ def plan_targets():
         f"results/costmodel/checks-{p}.json" for p in config.get("costmodel", {}).get("profiles", [])]
 
 
+# --- calibrate (issue 4): the cost model's constants measured on this machine ------------------------------
+def calibrate_cfg(key, default=None):
+    """A key of the `calibrate` config section."""
+    return config.get("calibrate", {}).get(key, default)
+
+
+def calibrate_opts():
+    """`ostinato bench calibrate` options from the `calibrate` config section."""
+    return " ".join([
+        f"--reps {calibrate_cfg('reps', 3)}", f"--decode {calibrate_cfg('decode', 32)}",
+        f"--decode-prompt {calibrate_cfg('decode_prompt', 32)}",
+        f"--split-sizes {','.join(str(n) for n in calibrate_cfg('split_sizes', [32, 128]))}",
+        f"--upload-size {calibrate_cfg('upload_size', 1024)}", f"--np-min {calibrate_cfg('np_min', 512)}",
+        f"--expert-fraction {calibrate_cfg('expert_fraction', 0.5)}",
+        f"--base-profile {calibrate_cfg('base_profile', 'paper-4x4090d')}",
+        f"--base-model {calibrate_cfg('base_model', 'deepseek-v4-flash')}", f"--ctx {calibrate_cfg('ctx', 4096)}",
+    ])
+
+
+def calibrate_targets():
+    """Outputs of the calibration (to add to `rule all`); none without the `calibrate` section."""
+    return ["results/calibrate/profile.yaml", "results/calibrate/sim-params.yaml"] if "calibrate" in config else []
+
+
 # --- sim (issue 4): the trace-driven simulator and its validation against the paper ---------------------
 def sim_cfg(key, default=None):
     """A key of the `sim` config section."""
@@ -291,6 +316,12 @@ def yaml_list(items):
 def sim_workload(name):
     """The paper workload (SWE | tau2) a simulated trace set stands for."""
     return "SWE" if routing_workload(name) == "swe" else "tau2"
+
+
+def plan_total_slots(plan_path):
+    """Resident experts of a plan file over all its GPUs (the cache size of the MIN limit)."""
+    with open(plan_path, encoding="utf-8") as f:
+        return sum(len(g["slots"]) for g in json.load(f)["gpus"])
 
 
 def sim_opts(input):

@@ -26,6 +26,28 @@ rule simulate:
         "--out-requests {output.requests} --out-sessions {output.sessions} --params-out {output.params} > {log} 2>&1"
 
 
+rule compute_limit:
+    input:
+        routing="results/routing/{set}",
+        plan="results/plan/plan.json",
+        params="results/sim/{set}/params.json",
+    output:
+        "results/sim/{set}/limit.json",
+    log:
+        "results/sim/{set}/limit.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        set=name_pattern(sim_cfg("sets", [])),
+    params:
+        slots=lambda w, input: plan_total_slots(input.plan),
+        read_gbps=sim_cfg("read_gbps", 87.0),
+    shell:
+        "ostinato limit --trace {input.routing}/*.route --sessions {input.routing}/manifest.json --decode-only "
+        "--slots {params.slots} --initial-plan {input.plan} --read-gbps {params.read_gbps} "
+        "--other-ms-from {input.params} --out {output} > {log} 2>&1"
+
+
 rule write_sim_validation_params:
     output:
         "results/sim/sim_validation.params.yaml",
@@ -36,12 +58,13 @@ rule write_sim_validation_params:
     params:
         sessions=yaml_list(f"results/sim/{s}/sessions.csv" for s in sim_cfg("sets", [])),
         requests=yaml_list(f"results/sim/{s}/requests.csv" for s in sim_cfg("sets", [])),
+        limits=yaml_list(f"results/sim/{s}/limit.json" for s in sim_cfg("sets", [])),
         sets=yaml_list(sim_cfg("sets", [])),
         workloads=yaml_list(sim_workload(s) for s in sim_cfg("sets", [])),
         profile=sim_cfg("profile", "paper-4x4090d"),
     shell:
         "ostinato figures params --out {output} --set 'sim_sessions={params.sessions}' "
-        "--set 'sim_requests={params.requests}' --set 'sim_sets={params.sets}' --set 'workloads={params.workloads}' "
+        "--set 'sim_requests={params.requests}' --set 'limit_json={params.limits}' --set 'sim_sets={params.sets}' --set 'workloads={params.workloads}' "
         "--set profile={params.profile} --set checks_json=results/costmodel/checks-{params.profile}.json "
         "--set figures_dir=figures --set tables_dir=tables --set output_stem=sim_validation > {log} 2>&1"
 
@@ -52,6 +75,7 @@ rule render_sim_validation:
         params="results/sim/sim_validation.params.yaml",
         sessions=expand("results/sim/{set}/sessions.csv", set=sim_cfg("sets", [])),
         requests=expand("results/sim/{set}/requests.csv", set=sim_cfg("sets", [])),
+        limits=expand("results/sim/{set}/limit.json", set=sim_cfg("sets", [])),
         checks=f"results/costmodel/checks-{sim_cfg('profile', 'paper-4x4090d')}.json",
     output:
         notebook="results/sim/sim_validation.ipynb",
@@ -63,6 +87,8 @@ rule render_sim_validation:
         ablation_md="tables/sim_validation_ablation.md",
         checks_csv="tables/sim_validation_checks.csv",
         checks_md="tables/sim_validation_checks.md",
+        limit_csv="tables/sim_validation_limit.csv",
+        limit_md="tables/sim_validation_limit.md",
     log:
         "results/sim/sim_validation.log",
     conda:

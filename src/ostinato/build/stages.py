@@ -22,6 +22,8 @@ from ostinato.build.pin import EnginePin, load_pin
 from ostinato.build.source import UPSTREAM_TAG, fetch_sdist, has_tree, unpack_tarball, unpack_tree
 
 DEFAULT_TARGETS = ("llama-server", "llama-bench")
+# op tests a stage builds beside the requested targets: the cases for the ggml ops its patches change
+STAGE_TARGETS = {"ostinato": ("test-backend-ops", "test-residency-ops")}
 
 
 @dataclass
@@ -91,11 +93,16 @@ def read_manifest(out: Path, variant: str) -> VariantManifest | None:
     return VariantManifest(**json.loads(p.read_text()))
 
 
+def stage_targets(req: BuildRequest, variant: str) -> tuple[str, ...]:
+    """What a variant builds and installs: the requested targets and the variant's op tests."""
+    return tuple(req.targets) + tuple(t for t in STAGE_TARGETS.get(variant, ()) if t not in req.targets)
+
+
 def variant_fingerprint(req: BuildRequest, variant: str) -> str:
     """Changes whenever the variant's tree or build options change."""
     engine = req.repo / "engine"
     pin = load_pin(engine / "pin.json")
-    extra = "\n".join([req.backend.name, *_cmake_args(pin, req.backend), *req.targets])
+    extra = "\n".join([req.backend.name, *_cmake_args(pin, req.backend), *stage_targets(req, variant)])
     return fingerprint(stage_inputs(engine, variant), extra)
 
 
@@ -103,7 +110,7 @@ def is_current(req: BuildRequest, variant: str) -> bool:
     """The variant's binaries exist and were built from the current inputs."""
     m = read_manifest(req.out, variant)
     return (m is not None and m.fingerprint == variant_fingerprint(req, variant)
-            and all((req.out / variant / "bin" / t).exists() for t in req.targets))
+            and all((req.out / variant / "bin" / t).exists() for t in stage_targets(req, variant)))
 
 
 def _install(bin_dir: Path, dest: Path, targets: tuple[str, ...]) -> None:
@@ -177,16 +184,17 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
             _run(["cmake", "-S", str(tree), "-B", str(bdir), *gen, *args], log, env=env)
             (bdir / "ostinato-cmake-args.json").write_text(json.dumps(args))
-        progress(f"[engine] {stage}: building {', '.join(req.targets)} ({req.backend.name}, {req.jobs} jobs)")
-        _run(["cmake", "--build", str(bdir), "-j", str(req.jobs), "--target", *req.targets], log, env=env)
-        _install(bdir / "bin", req.out / stage / "bin", req.targets)
+        targets = stage_targets(req, stage)
+        progress(f"[engine] {stage}: building {', '.join(targets)} ({req.backend.name}, {req.jobs} jobs)")
+        _run(["cmake", "--build", str(bdir), "-j", str(req.jobs), "--target", *targets], log, env=env)
+        _install(bdir / "bin", req.out / stage / "bin", targets)
         m = VariantManifest(
             variant=stage, backend=req.backend.name, backend_reason=req.backend.reason,
             fingerprint=fp, build_number=pin.build_number,
             upstream_commit=pin.commit, tree_commit=git(tree, "rev-parse", "HEAD").strip(),
             patches=[str(p.relative_to(req.repo)) for s in STAGES[1 : STAGES.index(stage) + 1]
                      for p in stage_patches(engine, s)],
-            cmake_args=args, targets=list(req.targets), build_seconds=round(time.monotonic() - t0, 1),
+            cmake_args=args, targets=list(targets), build_seconds=round(time.monotonic() - t0, 1),
             built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         _manifest_path(req.out, stage).write_text(json.dumps(asdict(m), indent=2) + "\n")
         progress(f"[engine] {stage}: done in {m.build_seconds:.0f} s")

@@ -1,0 +1,107 @@
+"""Calibration of the cost model: forced cold-route traces, the fit on hand-made rows, and a real run on the CPU build."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from ostinato.bench.calibrate import (CalibrationFit, cold_route_trace, fit_calibration, profile_doc, sim_params_doc,
+                                      upload_passes)
+from ostinato.costmodel.params import load_profile, profile_from_dict
+from ostinato.residency.gguf_shape import MoeShape
+from ostinato.sim.run import load_sim_params
+
+SHAPE = MoeShape("toy", 3, 16, 4, (0, 1000, 1000), 300)  # layer 0 dense, layers 1-2 MoE, 16 experts, top-4
+
+
+def test_cold_route_trace_has_exactly_r_cold_routes() -> None:
+    for r in range(5):
+        t = cold_route_trace(SHAPE, 8, r, 50, seed=1)
+        assert (t.ids[:, 0, :] == t.shape.none_id).all()
+        moe = t.ids[:, 1:, :].astype(int)
+        assert ((moe >= 8).sum(axis=2) == r).all()
+        assert all(len(set(row)) == 4 for row in moe.reshape(-1, 4))  # distinct experts per token and layer
+    with pytest.raises(ValueError, match="need 1 hot and 3 cold"):
+        cold_route_trace(SHAPE, 14, 3, 5)
+
+
+def _rows(L: int, k: int) -> pd.DataFrame:
+    """Rows a machine with known constants would give: TPOT(r) = 10 + L C(r), C = 0.2 (r = 0) else 0.3 + 0.1 r;
+    prompt(n, r) = 5 + 0.5 n + L (2 + 0.01 n r) for r >= 1."""
+    rows = []
+    for rep in range(2):
+        for r in range(k + 1):
+            c = 0.2 if r == 0 else 0.3 + 0.1 * r
+            rows.append(dict(what="decode", r=r, n_new=8, rep=rep, prompt_ms=1.0, predicted_per_token_ms=10 + L * c,
+                             error=""))
+            for what, n in (("split", 16), ("split", 64), ("upload", 600)):
+                ms = 5 + 0.5 * n + (L * (2 + 0.01 * n * r) if (r and what == "split") else 0)
+                rows.append(dict(what=what, r=r, n_new=n, rep=rep, prompt_ms=ms, predicted_per_token_ms=1.0, error=""))
+    rows.append(dict(what="decode", r=1, n_new=8, rep=0, prompt_ms=1.0, predicted_per_token_ms=1e9,
+                     error="HTTP 500"))  # a failed request does not count
+    return pd.DataFrame(rows)
+
+
+def test_fit_recovers_known_constants() -> None:
+    ups = upload_passes("x upload pass of 2048 routes: 8 cold experts, 2.00 MiB in 1.00 ms (2.1 GB/s)\n"
+                        "upload pass of 512 routes: 16 cold experts, 4.00 MiB in 1.50 ms (2.8 GB/s)\n")
+    assert list(ups["experts"]) == [8, 16] and ups["bytes"].iloc[0] == 2 * 2**20
+    f = fit_calibration(_rows(2, 4), ups, 2, 4, expert_bytes=2**18)
+    assert f.beta_ms == pytest.approx(0.1) and f.alpha_minus_gamma0_ms == pytest.approx(0.1)
+    assert f.tpot_ms[0] == pytest.approx(10.4) and f.decode_fit_residual_ms == pytest.approx(0, abs=1e-9)
+    assert (f.prefill_pass_ms, f.prefill_token_ms) == (pytest.approx(5), pytest.approx(0.5))
+    assert (f.cpu_layer_ms, f.cpu_route_ms) == (pytest.approx(2), pytest.approx(0.01))
+    # 2 MiB in 1 ms and 4 MiB in 1.5 ms: 0.5 ms latency, 4 MiB/ms; one 256 KiB expert 0.5625 ms
+    assert f.upload_latency_ms == pytest.approx(0.5) and f.upload_expert_ms == pytest.approx(0.5625)
+    with pytest.raises(ValueError, match="two r >= 1"):
+        fit_calibration(_rows(2, 1), ups, 2, 1, 2**18)
+
+
+def test_profile_and_sim_params_load(tmp_path: Path) -> None:
+    f = fit_calibration(_rows(2, 4), upload_passes(""), 2, 4, expert_bytes=1000)
+    assert np.isnan(f.upload_expert_ms) and f.n_upload_passes == 0
+    base = load_profile("paper-4x4090d").model("deepseek-v4-flash")
+    doc = profile_doc(f, base, "paper-4x4090d", SHAPE, "toy", {"name": "m1"}, "m1", 512)
+    m = profile_from_dict(doc).model("toy")
+    c = m.classes[0].costs
+    assert m.n_moe_layer == 2 and c.beta_ms == pytest.approx(0.1)
+    assert c.alpha_ms - c.gamma0_ms == pytest.approx(0.1) and c.gamma0_ms == base.classes[0].costs.gamma0_ms
+    cal = m.extra["calibration"]
+    assert "beta_ms" in cal["measured"] and cal["from_profile"]["keys"] == ["gamma0_ms", "gpu_branch_ms"]
+    p = tmp_path / "sim.yaml"
+    p.write_text(yaml.safe_dump(sim_params_doc(f, base, 512, 512)))
+    sp = load_sim_params(p)
+    assert sp.cpu_route_ms == pytest.approx(0.01) and sp.upload_expert_ms == base.upload_ms_idle
+    assert sp.decode_other_ms == pytest.approx(10.4 - 2 * (c.gamma0_ms + c.gpu_branch_ms))
+
+
+def test_calibrate_cli_on_the_cpu_build(engine_variants: dict[str, Path], tiny_v4_model: Path,
+                                        llama_tree: Path, tmp_path: Path) -> None:
+    from ostinato.bench import cli as bench_cli
+
+    parser = argparse.ArgumentParser()
+    bench_cli.register(parser.add_subparsers(dest="group"))
+    out = tmp_path / "cal"
+    a = parser.parse_args(["bench", "calibrate", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
+                           "--variants-dir", str(engine_variants["ostinato"].parents[1]), "--machine", "ci",
+                           "--threads", "2", "--reps", "1", "--decode", "8", "--decode-prompt", "8",
+                           "--split-sizes", "8,32", "--upload-size", "520", "--ctx", "1024", "--no-progress", "--model-name", "tiny-v4",
+                           "--out", str(out)])
+    assert a.func(a) == 0
+    rows = pd.read_csv(out / "rows.csv")
+    assert set(rows["what"]) == {"warmup", "decode", "split", "upload"} and (rows["error"].isna()).all()
+    assert sorted(rows[rows["what"] == "decode"]["r"]) == [0, 1, 2, 3, 4]  # tiny-v4: top-4
+    ups = pd.read_csv(out / "uploads.csv")
+    # one upload pass per 520-token prompt (512 + 8 on the split path); tiny-v4: 4 MoE layers x 8 cold experts
+    assert len(ups) == 5 and sorted(ups["experts"]) == [0, 32, 32, 32, 32]
+    fit = json.loads((out / "fit.json").read_text())
+    assert set(fit["tpot_ms"]) == {"0", "1", "2", "3", "4"} and fit["n_upload_passes"] == 5
+    prof = load_profile(out / "profile.yaml")
+    assert prof.name == "ci" and prof.model("tiny-v4").n_moe_layer == 4
+    assert load_sim_params(out / "sim-params.yaml").threshold == 512
