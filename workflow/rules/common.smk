@@ -45,7 +45,7 @@ def all_targets():
         "figures/replay_summary.png",
         "tables/replay_summary.csv",
         "tables/replay_summary.md",
-    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets() + calibrate_targets()
+    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets() + calibrate_targets() + memory_targets()
 
 
 SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
@@ -353,6 +353,23 @@ def check_sim_config():
         raise ValueError(f"config sim.profile: {prof!r} must also be in costmodel.profiles (its checks go in the notebook)")
     if sim_cfg("sets") and "plan" not in config:
         raise ValueError("config sim.sets: the simulator needs the plan section (its residency plan)")
+
+
+def memory_opts():
+    """`ostinato residency memory` options from the `memory` config section."""
+    m = config.get("memory", {})
+    return (f"--ctx-sizes {','.join(str(c) for c in m.get('ctx_sizes', [2048, 4096, 8192]))} "
+            f"--ubatch {m.get('ubatch', 512)} "
+            f"--gpu-total-bytes {','.join(str(b) for b in m.get('gpu_total_bytes', [1073741824]))} "
+            f"--margin-bytes {m.get('margin_bytes', 0)} --device {m.get('device', 'CPU')}")
+
+
+def memory_targets():
+    """The replayed model's memory model, its check against the engine and its capacity test (to add to `rule all`)."""
+    if "memory" not in config or "residency" not in config["replay"]:
+        return []
+    m = config["replay"]["model"]
+    return [f"results/plan/memory/{m}.check.json", f"results/plan/memory/{m}.capacity.json"]
 
 
 def download_opts(source):

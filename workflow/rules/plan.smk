@@ -84,3 +84,44 @@ rule plan_replay_residency:
         "ostinato residency plan --profile {input.profile} --gguf {input.model} --llama-tree {params.tree} "
         "--resident-share {params.share} --model-name {wildcards.model} --out {output.plan} "
         "--summary {output.summary} > {log} 2>&1"
+
+
+rule check_memory_model:
+    input:
+        server=engine_bin("stock"),
+        model="models/{model}.gguf",
+        tree=f"{ENGINE_DIR}/upstream/manifest.json",
+    output:
+        memory="results/plan/memory/{model}.memory.yaml",
+        report="results/plan/memory/{model}.check.json",
+    log:
+        "results/plan/memory/{model}.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        model=name_pattern([config["replay"]["model"]]),
+    threads: workflow.cores
+    params:
+        opts=memory_opts(),
+        tree=f"{ENGINE_DIR}/tree",
+    shell:
+        "ostinato residency memory --model {input.model} --llama-tree {params.tree} --server-bin {input.server} "
+        "{params.opts} --log-dir results/plan/memory/{wildcards.model}-servers --out {output.memory} "
+        "--report {output.report} > {log} 2>&1"
+
+
+rule capacity_replay_model:
+    input:
+        memory="results/plan/memory/{model}.memory.yaml",
+        sessions=f"results/sessions/{config['replay'].get('residency', {}).get('dev_set', '')}.jsonl",
+    output:
+        "results/plan/memory/{model}.capacity.json",
+    log:
+        "results/plan/memory/{model}.capacity.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        model=name_pattern([config["replay"]["model"]]),
+    shell:
+        "ostinato residency capacity --memory {input.memory} --kv-tokens-from {input.sessions} --out {output} "
+        "> {log} 2>&1"

@@ -95,6 +95,48 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str, flag: str, n: int | None = None) -> tuple[int, ...]:
+    try:
+        v = tuple(int(float(x)) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected a comma list of integers") from None
+    if n is not None and len(v) != n:
+        raise ValueError(f"{flag} {text!r}: expected {n} values, got {len(v)}")
+    return v
+
+
+def _cmd_memory(args: argparse.Namespace) -> int:
+    import yaml
+
+    from ostinato.models.gguf_import import load_gguf  # noqa: F401  (fails early without a tree)
+    from ostinato.residency.gguf_shape import moe_shape_from_gguf
+    from ostinato.residency.memory_check import check_memory
+
+    ctx = _ints(args.ctx_sizes, "--ctx-sizes", 3)
+    if not ctx[0] < ctx[1] < ctx[2]:
+        raise ValueError(f"--ctx-sizes {args.ctx_sizes!r}: expected three increasing sizes")
+    chk = check_memory(Path(args.server_bin), Path(args.model), Path(args.llama_tree), Path(args.log_dir), ctx,
+                       args.ubatch, args.device, tuple(args.server_arg))
+    shape = moe_shape_from_gguf(args.model, args.llama_tree)
+    mm = chk.memory_model(list(_ints(args.gpu_total_bytes, "--gpu-total-bytes")), shape.n_expert_used,
+                          args.margin_bytes, args.reserved_bytes)
+    with atomic_open(Path(args.out), "w") as f:
+        f.write("# memory model of " + Path(args.model).name + ": weights from the GGUF, context and compute buffers "
+                "fitted on what llama-server reported (ostinato residency memory)\n")
+        yaml.safe_dump(mm, f, sort_keys=False)
+    rep = chk.to_dict()
+    with atomic_open(Path(args.report), "w") as f:
+        f.write(json.dumps(rep, indent=2) + "\n")
+    for k in ("weights", "context", "compute"):
+        r = rep[k]
+        pred = r.get("gguf_total_bytes", r.get("predicted_bytes"))
+        flag = ("ok " if r["ok"] else "BAD") if "ok" in r else "   "
+        print(f"{flag} {k:8s} model {pred / 2**20:10.3f} MiB  engine {r['reported_bytes'] / 2**20:10.3f} MiB"
+              f"  (tolerance {r['tolerance_bytes'] / 2**20:.3f} MiB)"
+              + ("" if "ok" in r else "  line through the smaller contexts; the model uses the engine's number"))
+    return 0 if chk.ok else 1
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `residency` group."""
     p = sub.add_parser("residency", help="routing profiles, capacity test and residency plans")
@@ -108,6 +150,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--kv-tokens-from", help="sessions JSONL: use its longest request as kv_tokens")
     c.add_argument("--out", required=True)
     c.set_defaults(func=_cmd_capacity)
+    m = g.add_parser("memory", help="the memory model's terms from a GGUF and the engine's reports, checked against them")
+    m.add_argument("--model", required=True, help="GGUF model")
+    m.add_argument("--llama-tree", required=True, help="the pinned llama.cpp tree (its gguf-py reads the model)")
+    m.add_argument("--server-bin", required=True, help="llama-server of the engine whose buffers are measured")
+    m.add_argument("--ctx-sizes", default="4096,8192,16384",
+                   help="three increasing context sizes: fit on the first two, check the third (the largest sizes the "
+                        "compute buffers of the model)")
+    m.add_argument("--ubatch", type=int, default=512, help="the run's largest forward pass (llama-server -ub)")
+    m.add_argument("--device", default="CPU", help="buffers of this device prefix (CPU, CUDA0, ...)")
+    m.add_argument("--gpu-total-bytes", required=True, help="comma list: memory of each GPU the capacity test divides")
+    m.add_argument("--margin-bytes", type=int, default=0)
+    m.add_argument("--reserved-bytes", type=int, default=0)
+    m.add_argument("--server-arg", action="append", default=[], help="extra llama-server argument (repeat)")
+    m.add_argument("--log-dir", required=True, help="where the server logs go")
+    m.add_argument("--out", required=True, help="memory-model YAML")
+    m.add_argument("--report", required=True, help="JSON: every term, the engine's numbers, the checks")
+    m.set_defaults(func=_cmd_memory)
     q = g.add_parser("plan", help="frequency-ranked residency plan file and summary")
     q.add_argument("--profile", required=True, help="development routing profile (JSON)")
     q.add_argument("--capacity", help="capacity JSON from `residency capacity`")
