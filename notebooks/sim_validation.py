@@ -21,6 +21,7 @@
 # paper's numbers (`data/paper/table3_heldout.csv`, `table7_ttft_by_kind.csv`, `table8_ablation.csv`), with the
 # cost model's own checks of the paper's derivations (`ostinato costmodel check`). Writes
 # `tables/<stem>.{csv,md}`, `tables/<stem>_ablation.{csv,md}`, `tables/<stem>_checks.{csv,md}`,
+# `tables/<stem>_fig7a.{csv,md}` (Figure 7a: the change of median TTFT of tool turns by new tokens),
 # `tables/<stem>_limit.{csv,md}` (each engine's decode time as a multiple of the computed limit of seed 004:
 # Belady's MIN with bypass on the same routing, `ostinato limit`) and `figures/<stem>.{pdf,png}`. Series are
 # labelled `paper` and `simulated (<profile>)`.
@@ -51,6 +52,7 @@ checks_json = "results/costmodel/checks-paper-4x4090d.json"  # "" = no checks ta
 table3_csv = "data/paper/table3_heldout.csv"
 table7_csv = "data/paper/table7_ttft_by_kind.csv"
 table8_csv = "data/paper/table8_ablation.csv"
+figure7_csv = "data/paper/figure7.csv"
 figures_dir = "figures"
 tables_dir = "tables"
 output_stem = "sim_validation"
@@ -76,7 +78,8 @@ for name, paths in (("sim_sessions", sim_sessions), ("sim_requests", sim_request
             raise FileNotFoundError(f"{name}: {p} not found (run `snakemake {p}`)")
 if len(workloads) != len(sim_sets):
     raise ValueError(f"workloads: {len(workloads)} entries for {len(sim_sets)} sets in sim_sets")
-for name, path in (("table3_csv", table3_csv), ("table7_csv", table7_csv), ("table8_csv", table8_csv)):
+for name, path in (("table3_csv", table3_csv), ("table7_csv", table7_csv), ("table8_csv", table8_csv),
+                   ("figure7_csv", figure7_csv)):
     if not Path(path).is_file():
         raise FileNotFoundError(f"{name}: {path} not found")
 
@@ -163,6 +166,52 @@ print("wrote", *save_table(ablation, Path(tables_dir) / f"{output_stem}_ablation
 ablation
 
 # %% [markdown]
+# ## Figure 7a: median TTFT of tool turns by new tokens
+# Ostinato's median TTFT change against layer placement and against the expert caches (the paper's "expert
+# caches": llama.cpp's expert cache and buun), per bin of new tokens, beside the paper's ranges (Figure 7a;
+# below 512 tokens it gives one range over the bins <128, 128–255 and 256–511). Figure 7b (a sweep after fixed
+# prefixes) and 7c (cold routes per token, `tables/routing_stats.md`) are not simulated here.
+
+# %%
+BINS = [(0, 128, "<128"), (128, 256, "128-255"), (256, 512, "256-511"), (512, 1024, "512-1023"),
+        (1024, 10**9, ">=1024")]
+f7 = pd.read_csv(figure7_csv)
+f7a = f7[f7["panel"] == "a"]
+
+
+def paper_range(ref: str, bin_label: str) -> tuple[float, float]:
+    """The paper's change (%) of Ostinato's median TTFT against a reference in the bin's range."""
+    key = "<512" if bin_label in ("<128", "128-255", "256-511") else bin_label
+    rows = f7a[(f7a["metric"] == "ttft_median_change") & (f7a["reference_engine"] == ref) & (f7a["new_tokens"] == key)]
+    if rows.empty:  # a bin given as two medians (>= 1024 tokens against layer placement)
+        med = f7a[(f7a["metric"] == "ttft_median") & (f7a["new_tokens"] == key)].set_index("engine")["value"]
+        if "ostinato" in med.index and ref in med.index:
+            v = (float(med["ostinato"]) / float(med[ref]) - 1) * 100
+            return (v, v)
+        return (np.nan, np.nan)
+    r = rows.iloc[0]
+    if pd.notna(r["value"]):
+        return (float(r["value"]), float(r["value"]))
+    return (float(r["value_low"]), float(r["value_high"]))
+
+
+tool = req[req["kind"] == "tool"]
+f7rows = []
+for lo, hi, label in BINS:
+    b = tool[(tool["n_new"] >= lo) & (tool["n_new"] < hi)]
+    med = b.groupby("engine")["ttft_ms"].median()
+    n_turns = int((b["engine"] == "ostinato").sum())
+    for ref, sims in (("llama.cpp-layers", ["llama-layers"]), ("expert caches", ["llama-expert-cache", "buun"])):
+        plo, phi = paper_range(ref, label)
+        for sim_ref in sims:
+            ch = (med.get("ostinato", np.nan) / med.get(sim_ref, np.nan) - 1) * 100
+            f7rows.append({"new_tokens": label, "turns": n_turns, "reference": ref, "simulated_reference": sim_ref,
+                           "paper_change_low_pct": plo, "paper_change_high_pct": phi, "simulated_change_pct": ch})
+fig7a = pd.DataFrame(f7rows)
+print("wrote", *save_table(fig7a, Path(tables_dir) / f"{output_stem}_fig7a", floatfmt=".3g"))
+fig7a
+
+# %% [markdown]
 # ## The paper's own model checks
 # Recomputed from the profile's constants by `ostinato costmodel check` (among them: the pool growth from
 # 4,864 to 5,702 experts predicted at 2.24 ms per step against 2.25 measured, and the overlap hiding 86.9% of U).
@@ -208,10 +257,11 @@ limits
 # %% [markdown]
 # ## Figure
 # (a) total request time relative to Ostinato; (b) median TTFT of tool-output turns; (c) the ablation steps
-# relative to layer placement. Paper bars hatched, simulated bars solid.
+# relative to layer placement (paper bars hatched, simulated bars solid); (d) Figure 7a: Ostinato's median
+# TTFT change by new tokens (the paper's ranges as bands, simulated as markers).
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(14.0, 3.8))
+fig, axes = plt.subplots(1, 4, figsize=(18.0, 3.8))
 engines = [e for e in PAPER_ENGINE.values() if e in set(table["engine"])]
 for ax, col, title in ((axes[0], "total_rel", "(a) total time / Ostinato"),
                        (axes[1], "ttft_tool_s", "(b) median TTFT, tool turns (s)")):
@@ -234,6 +284,23 @@ ax.bar(x + 0.2, ablation["simulated_rel_step1"], 0.4, edgecolor="k", label=f"SWE
 ax.set_xticks(x, [f"{s}: {p}" for s, p in zip(ablation["step"], ablation["policy"])], rotation=30, ha="right")
 ax.set_title("(c) Table 8b steps, total / step 1")
 ax.legend(fontsize="x-small")
+ax = axes[3]
+labels = [b[2] for b in BINS]
+x = np.arange(len(labels))
+for i, (sim_ref, marker) in enumerate((("llama-layers", "o"), ("llama-expert-cache", "^"), ("buun", "v"))):
+    sub = fig7a[fig7a["simulated_reference"] == sim_ref].set_index("new_tokens").reindex(labels)
+    off = (i - 1) * 0.2
+    lo, hi = sub["paper_change_low_pct"].to_numpy(), sub["paper_change_high_pct"].to_numpy()
+    ax.vlines(x + off, lo, hi, color=f"C{i}", linewidth=5, alpha=0.35,
+              label=f"vs {sub['reference'].iloc[0]}, {PAPER}" if sim_ref != "buun" else None)
+    ax.plot(x + off, lo, marker="_", markersize=12, linestyle="none", color=f"C{i}", alpha=0.6)  # single values
+    ax.plot(x + off, sub["simulated_change_pct"], marker=marker, linestyle="none", color=f"C{i}",
+            label=f"vs {sim_ref}, {SIM}")
+ax.axhline(0, color="k", linewidth=0.6)
+ax.set_xticks(x, labels, rotation=30, ha="right")
+ax.set_xlabel("new tokens")
+ax.set_title("(d) Figure 7a: Ostinato's median TTFT change (%)")
+ax.legend(fontsize="xx-small")
 fig.suptitle(f"Simulator ({SIM}) vs paper")
 fig.tight_layout()
 print("wrote", *save_figure(fig, Path(figures_dir) / output_stem))

@@ -210,6 +210,7 @@ def test_validation_notebook_runs_under_papermill(tmp_path) -> None:
               "table3_csv": str(repo / "data/paper/table3_heldout.csv"),
               "table7_csv": str(repo / "data/paper/table7_ttft_by_kind.csv"),
               "table8_csv": str(repo / "data/paper/table8_ablation.csv"),
+              "figure7_csv": str(repo / "data/paper/figure7.csv"),
               "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables")}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -227,6 +228,15 @@ def test_validation_notebook_runs_under_papermill(tmp_path) -> None:
     assert paper.loc["llama.cpp-layers", "total_rel"] == pytest.approx(11880.4 / 7119.0)
     abl = pd.read_csv(tmp_path / "tables/sim_validation_ablation.csv")
     assert list(abl["step"]) == [1, 2, 3, 4, 5] and abl["simulated_rel_step1"].iloc[0] == 1.0
+    r = pd.read_csv(tmp_path / "r.csv")
+    f7 = pd.read_csv(tmp_path / "tables/sim_validation_fig7a.csv")
+    assert list(f7["new_tokens"].unique()) == ["<128", "128-255", "256-511", "512-1023", ">=1024"]
+    lay = f7[(f7["simulated_reference"] == "llama-layers") & (f7["new_tokens"] == "<128")].iloc[0]
+    assert (lay["paper_change_low_pct"], lay["paper_change_high_pct"]) == (-25.2, -22.0)
+    big = f7[(f7["simulated_reference"] == "llama-layers") & (f7["new_tokens"] == ">=1024")].iloc[0]
+    assert big["paper_change_low_pct"] == pytest.approx((3.87 / 3.78 - 1) * 100)
+    tool = r[(r["kind"] == "tool") & (r["n_new"] < 128)].groupby("engine")["ttft_ms"].median()
+    assert lay["simulated_change_pct"] == pytest.approx((tool["ostinato"] / tool["llama-layers"] - 1) * 100)
     lt = pd.read_csv(tmp_path / "tables/sim_validation_limit.csv").set_index("engine")
     r = pd.read_csv(tmp_path / "r.csv")
     o = r[r["engine"] == "ostinato"]

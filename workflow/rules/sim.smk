@@ -1,6 +1,7 @@
 # Stage 7, simulate: the trace-driven simulator replays trace sets through the cost model of every engine policy
 # on one machine profile (data/profiles/), with the plan stage's residency plan; the validation notebook puts the
-# simulated engines beside the paper's Tables 3, 7 and 8 and the cost model's checks.
+# simulated engines beside the paper's Tables 3, 7 and 8, Figure 7a and the cost model's checks, and decode beside
+# the computed limit (compute_limit).
 check_sim_config()
 
 
@@ -87,6 +88,8 @@ rule render_sim_validation:
         ablation_md="tables/sim_validation_ablation.md",
         checks_csv="tables/sim_validation_checks.csv",
         checks_md="tables/sim_validation_checks.md",
+        fig7a_csv="tables/sim_validation_fig7a.csv",
+        fig7a_md="tables/sim_validation_fig7a.md",
         limit_csv="tables/sim_validation_limit.csv",
         limit_md="tables/sim_validation_limit.md",
     log:
