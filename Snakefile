@@ -20,6 +20,7 @@ include: "workflow/rules/plan.smk"
 include: "workflow/rules/sim.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/calibrate.smk"
+include: "workflow/rules/sweep.smk"
 include: "workflow/rules/figures.smk"
 
 

@@ -58,3 +58,51 @@ def test_summary_ratio_and_interval():
     lo, hi = fast[("prefill", 128)]["ratio_ci_low"], fast[("prefill", 128)]["ratio_ci_high"]
     assert lo <= 0.5 + 1e-9 and hi >= 0.5 - 1e-9
     assert all("ratio" not in r for r in summ if r["engine"] == "base")
+
+
+def test_fig7b_notebook_runs_under_papermill(tmp_path):
+    """Figure 7b on a measured summary (the committed H200 run) beside the paper: ratios to each series' baseline."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+    import yaml
+
+    pytest.importorskip("papermill")
+    repo = Path(__file__).resolve().parents[1]
+    ref = repo / "data/reference/h200/residency/bench/summary.json"
+    mine = json.loads(ref.read_text())
+    mine["rows"] = [r for r in mine["rows"] if r["engine"] != "llama.cpp-cpu-experts"]  # a two-engine run
+    (tmp_path / "summary.json").write_text(json.dumps(mine))
+    params = {"summary_json": str(tmp_path / "summary.json"), "machine": "ci", "reference_json": str(ref),
+              "figure7_csv": str(repo / "data/paper/figure7.csv"), "figures_dir": str(tmp_path / "figures"),
+              "tables_dir": str(tmp_path / "tables")}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-m", "papermill", str(repo / "notebooks/fig7b.ipynb"), str(tmp_path / "o.ipynb"),
+                          "-f", str(tmp_path / "p.yaml"), "-k", "python3"], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    t = pd.read_csv(tmp_path / "tables/fig7b.csv")
+    assert set(t["series"]) == {"measured (ci)", "measured (h200)", "paper"}
+    paper = t[(t["series"] == "paper") & (t["engine"] == "ostinato")].set_index("n_new")["ratio"]
+    assert paper[128] == pytest.approx(0.92 / 1.63) and paper[1024] == pytest.approx(3.33 / 5.12)
+    ci = t[(t["series"] == "measured (ci)") & (t["engine"] == "ostinato")].set_index("n_new")
+    row = next(r for r in mine["rows"] if r["engine"] == "ostinato" and r["n_new"] == 256)
+    assert ci.loc[256, "ratio"] == pytest.approx(row["ratio"]) and set(t[t["series"] == "measured (ci)"]["engine"]) == {
+        "ostinato", "llama.cpp-layers"}
+    assert (tmp_path / "figures/fig7b.png").stat().st_size > 0
+
+
+def test_fig7b_notebook_twin_in_sync():
+    import json
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    nb = json.loads((repo / "notebooks/fig7b.ipynb").read_text())
+    assert sum("parameters" in c.get("metadata", {}).get("tags", []) for c in nb["cells"]) == 1
+    text = (repo / "notebooks/fig7b.py").read_text()
+    assert all("".join(c["source"]) in text for c in nb["cells"] if c["cell_type"] == "code")

@@ -45,7 +45,7 @@ def all_targets():
         "figures/replay_summary.png",
         "tables/replay_summary.csv",
         "tables/replay_summary.md",
-    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets() + calibrate_targets() + memory_targets()
+    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets() + calibrate_targets() + memory_targets() + sweep_targets()
 
 
 SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
@@ -300,6 +300,30 @@ def calibrate_opts():
 def calibrate_targets():
     """Outputs of the calibration (to add to `rule all`); none without the `calibrate` section."""
     return ["results/calibrate/profile.yaml", "results/calibrate/sim-params.yaml"] if "calibrate" in config else []
+
+
+# --- sweep (issue 5): the input-length sweep of Figure 7b --------------------------------------------------
+def sweep_cfg(key, default=None):
+    """A key of the `sweep` config section."""
+    return config.get("sweep", {}).get(key, default)
+
+
+def sweep_opts():
+    """`ostinato bench prefill` options from the `sweep` config section."""
+    return " ".join([
+        f"--engines {','.join(sweep_cfg('engines', ['llama.cpp-layers', 'ostinato']))}",
+        f"--baseline {sweep_cfg('engines', ['llama.cpp-layers'])[0]}",
+        f"--expert-fraction {sweep_cfg('expert_fraction', 0.5)}", f"--np-min {sweep_cfg('np_min', 512)}",
+        f"--prefix {sweep_cfg('prefix', 3072)}", f"--sizes {','.join(str(n) for n in sweep_cfg('sizes', [128, 343, 511, 512, 1024]))}",
+        f"--decode {sweep_cfg('decode', 128)}", f"--reps {sweep_cfg('reps', 3)}", f"--ctx {sweep_cfg('ctx', 8192)}",
+    ])
+
+
+def sweep_targets():
+    """Outputs of the Figure 7b notebook (to add to `rule all`); none without the `sweep` section."""
+    if "sweep" not in config:
+        return []
+    return ["figures/fig7b.pdf", "figures/fig7b.png", "tables/fig7b.csv", "tables/fig7b.md"]
 
 
 # --- sim (issue 4): the trace-driven simulator and its validation against the paper ---------------------

@@ -23,6 +23,9 @@ ENGINE_COLORS: dict[str, str] = {
     "buun": "#2ca02c",
     "ktransformers": "#9467bd",
     "whole-layer": "#8c564b",
+    "llama.cpp-layers": "#8c564b",
+    "llama.cpp-expert-cache": "#ff7f0e",
+    "llama.cpp-cpu-experts": "#bcbd22",
 }
 _FALLBACK = sns.color_palette("colorblind", 10).as_hex()
 

@@ -1,0 +1,66 @@
+# Stage 9, sweep: the input-length sweep of Figure 7b. Each engine of sweep.engines (presets at equal GPU memory for
+# experts) prefills a prefix once, then sweep.sizes new tokens after it and decodes forced tokens
+# (`ostinato bench prefill`, routing forced from synthetic traces); the notebook puts this run beside the paper and
+# the H200 reference. Runs alone: it is timed work.
+
+
+rule sweep_prefill:
+    input:
+        stock=engine_bin("stock"),
+        ostinato=engine_bin("ostinato"),
+        model=f"models/{config['replay']['model']}.gguf",
+        tree=f"{ENGINE_DIR}/upstream/manifest.json",
+    output:
+        rows="results/sweep/rows.csv",
+        summary="results/sweep/summary.json",
+        cold="results/sweep/cold.json",
+    log:
+        "results/sweep/sweep.log",
+    conda:
+        "../../environment.yml"
+    threads: workflow.cores
+    resources:
+        bench=1,
+    params:
+        opts=sweep_opts(),
+        tree=f"{ENGINE_DIR}/tree",
+        variants=lambda w, input: str(Path(input.stock).parents[2]),
+    shell:
+        "ostinato bench prefill --model {input.model} --llama-tree {params.tree} --variants-dir {params.variants} "
+        "--threads {threads} {params.opts} --out results/sweep --no-progress > {log} 2>&1"
+
+
+rule write_fig7b_params:
+    output:
+        "results/sweep/fig7b.params.yaml",
+    log:
+        "results/sweep/write_fig7b_params.log",
+    conda:
+        "../../environment.yml"
+    params:
+        machine=MACHINE,
+        baseline=sweep_cfg("engines", ["llama.cpp-layers"])[0],
+    shell:
+        "ostinato figures params --out {output} --set summary_json=results/sweep/summary.json "
+        "--set 'machine={params.machine}' --set baseline={params.baseline} "
+        "--set reference_json=data/reference/h200/residency/bench/summary.json --set reference_machine=h200 "
+        "--set figures_dir=figures --set tables_dir=tables --set output_stem=fig7b > {log} 2>&1"
+
+
+rule render_fig7b:
+    input:
+        notebook="notebooks/fig7b.ipynb",
+        params="results/sweep/fig7b.params.yaml",
+        summary="results/sweep/summary.json",
+    output:
+        notebook="results/sweep/fig7b.ipynb",
+        pdf="figures/fig7b.pdf",
+        png="figures/fig7b.png",
+        csv="tables/fig7b.csv",
+        md="tables/fig7b.md",
+    log:
+        "results/sweep/fig7b.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"
