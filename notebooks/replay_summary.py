@@ -134,11 +134,11 @@ print("wrote", *figs)
 # (client total / server prefill + decode, and the gap in percentage points between the share saved at
 # the client and at the server; the paper's Appendix C finds the two within 0.5 points).
 #
-# **The two variants are currently the same engine**: the `ostinato` patch series is still empty
-# (`engine/patches/ostinato`), so `stock` and `ostinato` build the same source (pinned llama.cpp plus the
-# `stock` patches: forced tokens and routing traces). Until the resident experts and prefill paths land,
-# the share saved here is run-to-run variation between two replays of one engine, and its CI shows how
-# large that variation is, not a speed-up. Rows are labelled `measured (<machine>)`.
+# **What the default config compares**: `stock` (pinned llama.cpp with the replay patches) and `ostinato`
+# (the same plus the resident expert pools with the split and upload prefill paths, loading the plan made from
+# the development sessions' recorded routing). On a CPU-only machine the pool is a host buffer and both branches
+# share the same cores, so the share saved there is no speed comparison; on a GPU it is. Rows are labelled
+# `measured (<machine>)`.
 
 # %%
 from ostinato.replay.metrics import CompareConfig, compare_engines, display_table, save_comparison

@@ -456,3 +456,85 @@ def test_forced_tokens_match_allows_only_unstreamed_gaps():
     assert not forced_tokens_match([5, 9, 8], forced, 4)  # a token that was not forced
     assert not forced_tokens_match([6, 5], forced, 4)     # out of order
     assert not forced_tokens_match([5, 6, 7], forced, 3)  # the server stopped early
+
+
+# --- external engines by URL (OpenAI-compatible /v1/completions or llama-server's /completion) ---------
+
+def test_consume_openai_stream_counts_text_chunks_and_usage():
+    from ostinato.replay.client import consume_openai_stream
+
+    ticks = iter([1.0, 1.5, 1.8, 2.1, 2.2, 2.3, 2.4])
+    lines = ['data: {"choices": [{"text": "", "index": 0}]}',
+             'data: {"choices": [{"text": "He", "index": 0}]}',
+             ": ping",
+             'data: {"choices": [{"text": "llo", "index": 0}]}',
+             'data: {"choices": [{"text": "!", "index": 0, "finish_reason": "length"}], "timings": {"predicted_n": 4}}',
+             'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4}}',
+             "data: [DONE]"]
+    out = consume_openai_stream(lines, RequestOutput(t_send=0.5), clock=lambda: next(ticks))
+    assert out.success, out.error
+    assert out.ttft == pytest.approx(1.0) and out.n_chunks == 3 and out.itl == pytest.approx([0.3, 0.3])
+    assert out.n_output == 4 and out.final["finish_reason"] == "length" and out.timings == {"predicted_n": 4}
+    assert out.tpot == pytest.approx((out.latency - out.ttft) / 3) and out.token_ids == []
+    bad = consume_openai_stream(['data: {"choices": [{"text": "x"}]}'], RequestOutput(), clock=lambda: 1.0)
+    assert not bad.success and "finish_reason" in bad.error
+    err = consume_openai_stream(['data: {"error": {"message": "no such model"}}'], RequestOutput(), clock=lambda: 1.0)
+    assert err.error == "server error: no such model"
+
+
+def test_openai_payload_has_no_forced_tokens():
+    body = RequestInput((1, 2, 3), 5, (7, 8)).openai_payload("m")
+    assert body["prompt"] == [1, 2, 3] and body["max_tokens"] == 5 and body["model"] == "m" and body["stream"]
+    assert "forced_tokens" not in body and body["ignore_eos"] is True
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "needs --server-bin and --model"),
+    (["--server-url", "http://127.0.0.1:9", "--server-bin", "x"], "--server-bin would not reach it"),
+    (["--server-bin", "x", "--model", "m", "--api", "openai"], "--api openai needs --server-url"),
+    (["--server-url", "http://127.0.0.1:9", "--api", "openai", "--routing-force-dir", "d"], "routing traces"),
+])
+def test_replay_run_names_the_conflicting_flags(tmp_path, capsys, argv, message):
+    from ostinato.cli import main
+
+    write_sessions_jsonl(make_sessions(1, 1), tmp_path / "s.jsonl")
+    rc = main(["replay", "run", "--engine-name", "e", "--sessions", str(tmp_path / "s.jsonl"), "--out",
+               str(tmp_path / "out"), "--no-progress", *argv])
+    assert rc == 2 and message in capsys.readouterr().err
+
+
+def test_external_server_that_never_answers_is_named(tmp_path):
+    from ostinato.replay import free_port
+    from ostinato.replay.server import ExternalServer, ServerError
+
+    srv = ExternalServer(f"http://127.0.0.1:{free_port()}", startup_timeout_s=1.0)
+    with pytest.raises(ServerError, match="no answer from /v1/models"):
+        srv.start()
+    with pytest.raises(ValueError, match="expected an http"):
+        ExternalServer("localhost:8000")
+
+
+@pytest.mark.parametrize("api", ["openai", "llama"])
+def test_replay_of_a_running_engine_by_url(llama_server_paths, tmp_path, api):
+    """A llama-server started outside the replay, reached by URL: through its OpenAI-compatible endpoint the
+    engine generates outputs of the recorded length; through /completion the recorded outputs are forced."""
+    from ostinato.cli import main
+
+    sessions = make_sessions(2, 2)
+    write_sessions_jsonl(sessions, tmp_path / "s.jsonl")
+    with LlamaServer(real_config(llama_server_paths, tmp_path)) as server:
+        rc = main(["replay", "run", "--engine-name", f"url-{api}", "--server-url", server.base_url, "--api", api,
+                   "--model-name", "tiny", "--sessions", str(tmp_path / "s.jsonl"), "--out", str(tmp_path / "out"),
+                   "--no-progress", "--machine-label", "test", "--strict"])
+    assert rc == 0
+    recs = [json.loads(line) for p in sorted((tmp_path / "out" / f"url-{api}" / "sessions").glob("*.jsonl"))
+            for line in p.read_text().splitlines()]
+    assert len(recs) == 4 and all(r["ok"] for r in recs)
+    assert all(r["n_output"] == 4 and r["ttft_s"] > 0 for r in recs)  # the recorded length (ignore_eos)
+    if api == "openai":
+        assert all(r["forced_match"] is None and r["n_forced"] == 0 for r in recs)
+    else:
+        assert all(r["forced_match"] is True and r["server"]["predicted_n"] == 4 for r in recs)
+    # the second request of a session sends the recorded conversation: first request + its recorded output + new
+    s0 = sessions[0].requests
+    assert recs[1]["n_prompt"] == len(s0[0].new_token_ids) + len(s0[0].output_token_ids) + len(s0[1].new_token_ids)

@@ -29,7 +29,9 @@ def test_default_dag_reaches_every_stage(tmp_path):
     proc = _snakemake("-n", "--quiet", "rules", "--cores", "2", "--forceall")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rule in ("build_engine", "synth_model", "get_traces", "split_sessions", "build_sessions", "replay",
-                 "summarize_replay", "render_replay_summary", "render_table2", "make_routing", "render_routing_stats"):
+                 "summarize_replay", "render_replay_summary", "render_table2", "make_routing", "render_routing_stats",
+                 "simulate", "compute_limit", "render_sim_validation", "calibrate", "sweep_prefill", "render_fig7b",
+                 "check_memory_model", "capacity_replay_model"):
         assert rule in proc.stdout, rule
 
 
@@ -86,3 +88,19 @@ def test_forced_routing_config_puts_traces_before_the_replay(tmp_path):
                       "--configfile", str(good))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "make_routing" in proc.stdout and "--routing-force-dir results/routing/tau2-few" in proc.stdout
+
+
+def test_engine_reached_by_url_in_the_replay(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["replay"]["engines"]["vllm"] = {"url": "http://127.0.0.1:8000", "api": "openai", "model_name": "m"}
+    good = tmp_path / "url.yaml"
+    good.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("results/replay/tau2-few/vllm.sessions.csv", "-n", "-p", "--forceall", "--cores", "1",
+                      "--configfile", str(good))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--server-url http://127.0.0.1:8000 --api openai --model-name m" in proc.stdout
+    assert "--server-bin" not in proc.stdout.split("--server-url")[1].split("\n")[0]
+    cfg["replay"]["engines"]["vllm"]["preset"] = "ostinato"
+    good.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("-n", "--configfile", str(good), "--cores", "1")
+    assert proc.returncode != 0 and "replay.engines.vllm" in proc.stdout + proc.stderr

@@ -28,6 +28,13 @@ def check_replay_config():
             raise ValueError(f"config replay.sets: {s!r} is not a key of sessions.sets")
         if r.get("routing_force") and s not in config.get("routing", {}).get("sets", []):
             raise ValueError(f"config replay.routing_force: the replayed set {s!r} has no traces; add it to routing.sets")
+    for name, e in r["engines"].items():
+        if e.get("url") and (e.get("preset") or e.get("server_args") or e.get("env")):
+            raise ValueError(f"config replay.engines.{name}: an engine reached by url takes no preset, server_args or env")
+        if e.get("url") and e.get("api", "llama") == "openai" and r.get("routing_force"):
+            raise ValueError(f"config replay.engines.{name}: replay.routing_force needs llama-server, not api openai")
+        if e.get("api", "llama") == "openai" and not e.get("url"):
+            raise ValueError(f"config replay.engines.{name}: api openai needs url (an engine running elsewhere)")
     uses_plan = any(e.get("preset") == "ostinato" for e in r["engines"].values())
     if uses_plan and "residency" not in r:
         raise ValueError("config replay.engines: the 'ostinato' preset needs replay.residency (its development set)")
@@ -74,8 +81,11 @@ def session_opts(name):
 
 
 def server_args(engine):
-    """`ostinato replay run` server options of one configured engine (context, threads, its own flags)."""
+    """`ostinato replay run` server options of one configured engine (context, threads, its own flags); none for
+    an engine reached by URL (it was started with its own)."""
     r = config["replay"]
+    if engine_url(engine):
+        return ""
     args = ["-c", str(r["ctx_size"]), "-t", str(r["threads"])] + list(r["engines"][engine].get("server_args", []))
     return " ".join(f"--server-arg={a}" for a in args)
 
@@ -91,6 +101,25 @@ def preset_opts(engine, input=None):
         rsd = config["replay"]["residency"]
         opts += f" --residency-plan {input.plan} --residency-upload-min {rsd.get('upload_min', 512)}"
     return opts
+
+
+def engine_url(engine):
+    """The URL of an engine that runs elsewhere (`replay.engines.<engine>.url`), else ""."""
+    return config["replay"]["engines"][engine].get("url", "")
+
+
+def replay_server_inputs(engine):
+    """The llama-server binary the replay starts for an engine; nothing for an engine reached by URL."""
+    return [] if engine_url(engine) else engine_bin(config["replay"]["engines"][engine]["variant"])
+
+
+def replay_reach(engine, input):
+    """`ostinato replay run` options that say how to reach the engine: binary and model, or URL and API."""
+    e = config["replay"]["engines"][engine]
+    if e.get("url"):
+        name = f" --model-name {e['model_name']}" if e.get("model_name") else ""
+        return f"--server-url {e['url']} --api {e.get('api', 'llama')}{name}"
+    return f"--server-bin {input.server} --model {input.model}"
 
 
 def replay_plan(engine):

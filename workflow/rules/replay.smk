@@ -3,8 +3,8 @@
 
 rule replay:
     input:
-        server=lambda w: engine_bin(config["replay"]["engines"][w.engine]["variant"]),
-        model=f"models/{config['replay']['model']}.gguf",
+        server=lambda w: replay_server_inputs(w.engine),
+        model=lambda w: [] if engine_url(w.engine) else f"models/{config['replay']['model']}.gguf",
         sessions="results/sessions/{set}.jsonl",
         routing=lambda w: f"results/routing/{w.set}" if config["replay"].get("routing_force") else [],
         plan=lambda w: replay_plan(w.engine),
@@ -29,9 +29,10 @@ rule replay:
                                   f"--routing-record-dir results/replay/{w.set}/{w.engine}/routing")
                                  if input.routing else "",
         machine=MACHINE,
+        reach=lambda w, input: replay_reach(w.engine, input),
     shell:
-        "(ostinato replay run --engine-name {wildcards.engine} --server-bin {input.server} "
-        "--model {input.model} --sessions {input.sessions} --out results/replay/{wildcards.set} "
+        "(ostinato replay run --engine-name {wildcards.engine} {params.reach} "
+        "--sessions {input.sessions} --out results/replay/{wildcards.set} "
         "--machine-label {params.machine} {params.preset} {params.routing} {params.server_args} {params.env} "
         "--no-progress "
         "--on-setup-change restart "

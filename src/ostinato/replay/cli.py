@@ -13,7 +13,7 @@ from ostinato.engines import PRESETS, EngineConfig, expert_budget_from_gguf, pre
 from ostinato.machine import describe_machine
 from ostinato.replay.results import load_requests, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
-from ostinato.replay.server import LlamaServer, ServerConfig
+from ostinato.replay.server import ExternalServer, LlamaServer, ServerConfig
 from ostinato.replay.store import ResultStore, write_json_atomic
 from ostinato.sessions.model import read_sessions_jsonl
 
@@ -33,8 +33,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     r = sub.add_parser("run", help="replay sessions one at a time (resumes at the first missing session)")
     r.add_argument("--engine-name", required=True, help="name of the engine configuration (result subdirectory)")
-    r.add_argument("--server-bin", required=True, type=Path, help="path to the llama-server binary")
-    r.add_argument("--model", required=True, type=Path, help="GGUF model file")
+    r.add_argument("--server-bin", type=Path, help="path to the llama-server binary (the replay starts and stops it)")
+    r.add_argument("--model", type=Path, help="GGUF model file (with --server-bin)")
+    r.add_argument("--server-url", default=None,
+                   help="an engine already running elsewhere, e.g. http://host:8000 (instead of --server-bin/--model)")
+    r.add_argument("--api", choices=("llama", "openai"), default="llama",
+                   help="llama: llama-server's /completion with forced outputs (default); openai: an OpenAI-compatible "
+                        "/v1/completions (the engine generates outputs of the recorded length; --server-url only)")
+    r.add_argument("--model-name", default="", help="with --api openai: the model field of the requests")
+    r.add_argument("--health-path", default=None,
+                   help="with --server-url: path answering 200 when the engine is up (default /health or /v1/models)")
     r.add_argument("--sessions", required=True, type=Path, help="sessions JSONL from `ostinato sessions build`")
     r.add_argument("--out", required=True, type=Path, help="output directory (results go to OUT/ENGINE/)")
     r.add_argument("--server-arg", action="append", default=[], metavar="ARG",
@@ -104,8 +112,26 @@ def _engine_preset(args: argparse.Namespace) -> EngineConfig:
                   plan=getattr(args, "residency_plan", None), upload_min=getattr(args, "residency_upload_min", 512))
 
 
+def _check_server_args(args: argparse.Namespace) -> None:
+    """Exactly one way to reach the engine: a binary and model the replay starts, or the URL of a running one."""
+    if args.server_url is None:
+        if args.server_bin is None or args.model is None:
+            raise ValueError("replay run needs --server-bin and --model (or --server-url of a running engine)")
+        if args.api != "llama":
+            raise ValueError("--api openai needs --server-url: a started llama-server is driven through /completion")
+        return
+    started = [f for f, v in (("--server-bin", args.server_bin), ("--preset", args.preset),
+                              ("--server-arg", args.server_arg), ("--server-args", args.server_args),
+                              ("--env", args.env), ("--port", args.port)) if v]
+    if started:
+        raise ValueError(f"--server-url: the engine runs elsewhere; {', '.join(started)} would not reach it")
+    if args.api == "openai" and (args.routing_force_dir or args.routing_record_dir):
+        raise ValueError("--api openai: routing traces are a llama-server (stock/ostinato) feature")
+
+
 def run_cmd(args: argparse.Namespace) -> int:
     """Handler of `replay run`; failed sessions are recorded, and make it return 1 only with --strict."""
+    _check_server_args(args)
     sessions = read_sessions_jsonl(args.sessions)
     if args.select < 0:
         raise ValueError(f"--select must be >= 0, got {args.select}")
@@ -117,30 +143,34 @@ def run_cmd(args: argparse.Namespace) -> int:
     machine = describe_machine(args.machine_label)
     store = ResultStore.for_engine(args.out, args.engine_name)
     write_json_atomic(store.root / "machine.json", machine.to_json())
-    config = ServerConfig(
-        binary=args.server_bin,
-        model=args.model,
-        args=list(engine.server_args) + list(args.server_arg) + shlex.split(args.server_args),
-        env={**engine.env, **dict(args.env)},
-        port=args.port,
-        log_path=store.root / "server.log",
-        startup_timeout_s=args.startup_timeout,
-    )
     cfg = ReplayConfig(
         engine=args.engine_name, out_dir=args.out, machine=machine.label, retry_failed=args.retry_failed,
         on_setup_change=args.on_setup_change,
         routing_force_dir=args.routing_force_dir, routing_record_dir=args.routing_record_dir,
         request_timeout_s=args.request_timeout, warmup=not args.no_warmup, progress=not args.no_progress,
+        api=args.api, model_name=args.model_name,
     )
     run_info = {
         **sessions_digest(args.sessions),
         "engine_preset": {"name": engine.name, "description": engine.description} if args.preset else None,
         "routing_force_dir": str(args.routing_force_dir) if args.routing_force_dir else None,
-        "server_command": config.command(0, Path("<slot-save-path>")),
-        "model": str(args.model),
         "machine_info": machine.to_json(),
     }
-    server = LlamaServer(config)
+    if args.server_url is None:
+        config = ServerConfig(
+            binary=args.server_bin,
+            model=args.model,
+            args=list(engine.server_args) + list(args.server_arg) + shlex.split(args.server_args),
+            env={**engine.env, **dict(args.env)},
+            port=args.port,
+            log_path=store.root / "server.log",
+            startup_timeout_s=args.startup_timeout,
+        )
+        run_info.update({"server_command": config.command(0, Path("<slot-save-path>")), "model": str(args.model)})
+        server = LlamaServer(config)
+    else:
+        run_info.update({"server_command": [args.server_url, args.api], "model": args.model_name or args.server_url})
+        server = ExternalServer(args.server_url, args.api, args.model_name, args.health_path, args.startup_timeout)
     try:
         summary = run_replay(sessions, server, cfg, run_info)
     finally:

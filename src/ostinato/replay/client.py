@@ -39,6 +39,12 @@ class RequestInput:
         body.update(self.extra)
         return body
 
+    def openai_payload(self, model: str) -> dict:
+        """Return the JSON body of an OpenAI-compatible `/v1/completions` request: the same prompt token ids and
+        output length; the API has no forced tokens, so the engine generates its own (greedy, EOS ignored)."""
+        return {"model": model, "prompt": list(self.prompt_token_ids), "max_tokens": self.n_predict, "stream": True,
+                "temperature": self.temperature, "ignore_eos": True, "stream_options": {"include_usage": True}}
+
 
 @dataclass
 class RequestOutput:
@@ -121,20 +127,79 @@ def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_cou
     return out
 
 
-def send_completion(client: httpx.Client, base_url: str, req: RequestInput, timeout_s: float = 600.0) -> RequestOutput:
-    """POST one streaming completion and return its timings; errors are recorded, never raised."""
+def consume_openai_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_counter) -> RequestOutput:
+    """Fill `out` from the SSE lines of an OpenAI-compatible `/v1/completions` stream.
+
+    A chunk whose choices carry text is a token chunk (TTFT at the first); the output length is the final
+    `usage.completion_tokens` when the server sends it, else the number of text chunks; a server's `timings`
+    (llama-server sends them) are kept.
+    """
+    last = None
+    for data in iter_sse_data(lines):
+        now = clock()
+        if data == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError as exc:
+            out.error = f"bad SSE data {data[:80]!r}: {exc}"
+            return out
+        if "error" in chunk:
+            err = chunk["error"]
+            out.error = f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
+            return out
+        choices = chunk.get("choices") or []
+        if "".join(c.get("text") or "" for c in choices):
+            if out.t_first_token is None:
+                out.t_first_token = now
+                out.ttft = now - out.t_send
+            else:
+                out.itl.append(now - last)
+            last = now
+            out.t_last_token = now
+            out.n_chunks += 1
+        for c in choices:
+            if c.get("finish_reason"):
+                out.final["finish_reason"] = c["finish_reason"]
+        if chunk.get("usage"):
+            out.final["usage"] = dict(chunk["usage"])
+        if chunk.get("timings"):
+            out.timings = dict(chunk["timings"])
+    out.t_done = clock()
+    out.latency = out.t_done - out.t_send
+    usage = out.final.get("usage") or {}
+    out.n_output = int(usage.get("completion_tokens", out.n_chunks))
+    if "finish_reason" not in out.final and not usage:
+        out.error = "stream ended without a finish_reason or usage"
+    elif out.t_first_token is None and out.n_output > 0:
+        out.error = "no chunk carried text"
+    else:
+        out.success = True
+    return out
+
+
+def send_completion(client: httpx.Client, base_url: str, req: RequestInput, timeout_s: float = 600.0,
+                    api: str = "llama", model: str = "") -> RequestOutput:
+    """POST one streaming completion and return its timings; errors are recorded, never raised.
+
+    `api`: "llama" (llama-server's `/completion`, forced tokens and server timings) or "openai" (an
+    OpenAI-compatible `/v1/completions`, `model` names the served model).
+    """
+    if api not in ("llama", "openai"):
+        raise ValueError(f"api {api!r}: expected llama or openai")
     out = RequestOutput()
     out.wall_send = time.time()
     out.t_send = time.perf_counter()
+    path, body = ("/completion", req.payload()) if api == "llama" else ("/v1/completions", req.openai_payload(model))
     try:
-        with client.stream("POST", f"{base_url}/completion", json=req.payload(), timeout=timeout_s) as resp:
+        with client.stream("POST", f"{base_url}{path}", json=body, timeout=timeout_s) as resp:
             if resp.status_code != 200:
                 body = resp.read().decode("utf-8", "replace")
                 out.error = f"HTTP {resp.status_code}: {body[:500]}"
                 out.t_done = time.perf_counter()
                 out.latency = out.t_done - out.t_send
                 return out
-            return consume_stream(resp.iter_lines(), out)
+            return consume_stream(resp.iter_lines(), out) if api == "llama" else consume_openai_stream(resp.iter_lines(), out)
     except (httpx.TransportError, httpx.StreamError) as exc:
         out.connection_error = True
         out.error = f"connection error: {type(exc).__name__}: {exc}"

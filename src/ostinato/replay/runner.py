@@ -60,6 +60,10 @@ class ReplayConfig:
     temperature: float = 0.0
     warmup: bool = True
     progress: bool = True
+    # "llama": llama-server's /completion (forced output tokens, slot erase, routing, server timings);
+    # "openai": an OpenAI-compatible /v1/completions (an external engine generates its own outputs)
+    api: str = "llama"
+    model_name: str = ""  # the "model" field of OpenAI requests
     after_request: AfterRequest | None = None  # test hook, called after each request
 
 
@@ -107,12 +111,16 @@ def forced_tokens_match(streamed: list[int], forced: list[int], n_generated: int
     return all(any(t == f for f in it) for t in streamed)
 
 def request_record(engine: str, machine: str, session: TokenizedSession, turn: int, n_prompt: int,
-                   out: RequestOutput | None, error: str, server_start: int) -> dict:
-    """Return the JSON line of one request (client times in seconds, server timings as sent)."""
+                   out: RequestOutput | None, error: str, server_start: int, forced: bool = True) -> dict:
+    """Return the JSON line of one request (client times in seconds, server timings as sent).
+
+    `forced`: the recorded outputs were forced (llama-server); an OpenAI-compatible engine generates its own,
+    of the recorded length, and `forced_match` is then null.
+    """
     req = session.requests[turn]
     rec = {
         "engine": engine, "machine": machine, "session": session.session_id, "turn": turn,
-        "kind": req.kind, "n_new": req.n_new, "n_prompt": n_prompt, "n_forced": req.n_output,
+        "kind": req.kind, "n_new": req.n_new, "n_prompt": n_prompt, "n_forced": req.n_output if forced else 0,
         "ok": out is not None and out.success and not error, "error": error, "server_start": server_start,
     }
     if out is not None:
@@ -120,7 +128,8 @@ def request_record(engine: str, machine: str, session: TokenizedSession, turn: i
         rec.update({
             "wall_send": out.wall_send, "ttft_s": out.ttft, "latency_s": out.latency, "tpot_s": out.tpot,
             "itl_s": out.itl, "n_output": out.n_output, "n_streamed": len(out.token_ids), "n_chunks": out.n_chunks,
-            "forced_match": forced_tokens_match(out.token_ids, forced, out.n_output) if out.success else None,
+            "forced_match": (forced_tokens_match(out.token_ids, forced, out.n_output)
+                             if out.success and rec["n_forced"] else None),
             "streamed_token_ids": out.token_ids,
             "server": out.timings, **{f"final_{k}": v for k, v in out.final.items()},
         })
@@ -136,28 +145,31 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
     """
     records: list[dict] = []
     reason, restart = "", False
-    try:
-        erase_slot(server.client, server.base_url, 0)
-    except (httpx.TransportError, RuntimeError) as exc:
-        reason, restart = failure_reason(server, f"slot erase failed: {exc}")
+    llama = cfg.api == "llama"
+    if llama:  # an external engine's cache is its own business: each request sends the whole conversation
+        try:
+            erase_slot(server.client, server.base_url, 0)
+        except (httpx.TransportError, RuntimeError) as exc:
+            reason, restart = failure_reason(server, f"slot erase failed: {exc}")
     context: list[int] = []
     extra = routing_fields(cfg, session.session_id)
     for turn, req in enumerate(session.requests):
         prompt = context + list(req.new_token_ids)
         if reason:
             records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), None,
-                                          reason if turn == 0 and not records else SKIPPED, server.n_starts))
+                                          reason if turn == 0 and not records else SKIPPED, server.n_starts, llama))
             if bar is not None:
                 bar.update(1)
             continue
         inp = RequestInput(tuple(prompt), max(1, req.n_output), req.output_token_ids, cfg.temperature, extra=extra)
-        out = send_completion(server.client, server.base_url, inp, cfg.request_timeout_s)
+        out = send_completion(server.client, server.base_url, inp, cfg.request_timeout_s, cfg.api, cfg.model_name)
         error = ""
         if not out.success:
             error, restart = failure_reason(server, out.error)
             reason = error
-        records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), out, error, server.n_starts))
-        context = prompt + list(req.output_token_ids)
+        records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), out, error, server.n_starts,
+                                      llama))
+        context = prompt + list(req.output_token_ids)  # the recorded conversation, whatever the engine generated
         if bar is not None:
             bar.update(1)
         if cfg.after_request is not None:

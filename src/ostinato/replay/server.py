@@ -220,3 +220,66 @@ class LlamaServer:
     def __exit__(self, *exc) -> None:
         """Stop the server and release resources."""
         self.close()
+
+
+class ExternalServer:
+    """An engine that runs elsewhere, reached by URL: the replay checks that it answers, but cannot start,
+    stop or restart it (a crash fails the rest of the session, and the next session waits for it to answer)."""
+
+    def __init__(self, base_url: str, api: str = "openai", model: str = "", health_path: str | None = None,
+                 startup_timeout_s: float = 60.0):
+        """Keep the address; `health_path` defaults to /health (llama) or /v1/models (openai)."""
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"--server-url {base_url!r}: expected an http:// or https:// URL")
+        self.base_url = base_url.rstrip("/")
+        self.api = api
+        self.model = model
+        self.health_path = health_path or ("/health" if api == "llama" else "/v1/models")
+        self.startup_timeout_s = startup_timeout_s
+        self.n_starts = 0
+        self.client = httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0),
+                                   limits=httpx.Limits(max_keepalive_connections=0))
+
+    def healthy(self) -> bool:
+        """Return True if the health path answers 200 now."""
+        try:
+            return self.client.get(f"{self.base_url}{self.health_path}", timeout=5.0).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def is_alive(self) -> bool:
+        """An external engine counts as alive while it answers."""
+        return self.healthy()
+
+    def exit_code(self) -> int | None:
+        """Unknown: the process is not ours."""
+        return None
+
+    def log_tail(self, n_bytes: int = 2000) -> str:
+        """No log: the process is not ours."""
+        return ""
+
+    def start(self) -> None:
+        """Wait until the engine answers (it must already be running)."""
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not self.healthy():
+            if time.monotonic() > deadline:
+                raise ServerError(f"--server-url {self.base_url}: no answer from {self.health_path} within "
+                                  f"{self.startup_timeout_s:.0f} s (start the engine first)")
+            time.sleep(0.5)
+        self.n_starts += 1
+
+    def restart(self) -> None:
+        """It cannot be restarted from here: wait until it answers again."""
+        self.start()
+
+    def warmup(self, prompt_token_ids: list[int], n_predict: int = 4) -> None:
+        """Send one small completion."""
+        out = send_completion(self.client, self.base_url, RequestInput(tuple(prompt_token_ids), n_predict),
+                              api=self.api, model=self.model)
+        if not out.success:
+            raise ServerError(f"warm-up request to {self.base_url} failed: {out.error}")
+
+    def close(self) -> None:
+        """Release the HTTP client."""
+        self.client.close()
