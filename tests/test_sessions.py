@@ -7,11 +7,14 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from swe_mini_fixtures import write_swe_mini
 
 import ostinato.cli
 from ostinato.sessions import (
@@ -29,7 +32,11 @@ from ostinato.sessions.synth import IDS_SYNTHESIZED, normal_token_ids, synthesiz
 from ostinato.sessions.tables import TurnRow, read_table
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
+# a mirror root like ../shared/traces: the committed tau2 and swe-rebench fixtures, plus the swe-mini trajectories
+# written at test time (removed with the module's temporary directory)
+_MIRROR_TMP = tempfile.TemporaryDirectory(prefix="ostinato-fixtures-")
+FIXTURES = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "sessions", Path(_MIRROR_TMP.name) / "sessions"))
+SWE_MINI = write_swe_mini(FIXTURES / "swe-mini")
 DATA = REPO / "data" / "sessions"
 REBENCH = FIXTURES / "swe-rebench" / "rows.jsonl"
 
@@ -50,7 +57,7 @@ def byte_tok(text: str) -> list[int]:
 
 
 def test_swe_mini_requests_kinds_and_texts():
-    s = read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json")
+    s = read_swe_mini(SWE_MINI / "demo__demo-1.traj.json")
     assert s.session_id == "swe-mini/demo__demo-1"
     assert [r.kind for r in s.requests] == ["first", "tool", "tool"]  # trailing user message: no request
     first = s.requests[0]
@@ -86,7 +93,7 @@ def test_tau2_list_shape_borrows_policy_and_drops_user_tools():
 
 
 def test_chat_framing_and_tokenization_round_trip():
-    s = read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json")
+    s = read_swe_mini(SWE_MINI / "demo__demo-1.traj.json")
     t = tokenize_session(s, byte_tok, CHATML, tokenizer_name="byte")
     text = b"".join(bytes(r.new_token_ids) + bytes(r.output_token_ids) for r in t.requests).decode("utf-8")
     assert text.startswith("<|im_start|>system\nYou are a helpful assistant")
@@ -104,7 +111,7 @@ def test_tool_calls_rendered_in_output():
 
 
 def test_caps_limit_requests_tokens_and_context():
-    s = read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json")
+    s = read_swe_mini(SWE_MINI / "demo__demo-1.traj.json")
     t = tokenize_session(s, byte_tok, CHATML, caps=Caps(max_requests=2, max_new_tokens=10, max_output_tokens=5))
     assert len(t.requests) == 2
     assert all(r.n_new <= 10 and r.n_output <= 5 for r in t.requests)
@@ -115,7 +122,7 @@ def test_caps_limit_requests_tokens_and_context():
 
 
 def test_any_callable_tokenizer_and_named_ones():
-    s = read_swe_mini(FIXTURES / "swe-mini" / "alpha__alpha-7.traj.json")
+    s = read_swe_mini(SWE_MINI / "alpha__alpha-7.traj.json")
     t = tokenize_session(s, lambda text: [len(w) for w in text.split()], CHATML)
     assert all(isinstance(i, int) for r in t.requests for i in r.new_token_ids)
     ids = resolve_tokenizer("byte")("héllo")
@@ -126,7 +133,7 @@ def test_any_callable_tokenizer_and_named_ones():
 
 def test_cli_build_writes_jsonl(tmp_path: Path):
     out = tmp_path / "s.jsonl"
-    rc = cli_main(["sessions", "build", "--source", "swe-mini", "--mirror", str(FIXTURES / "swe-mini"),
+    rc = cli_main(["sessions", "build", "--source", "swe-mini", "--mirror", str(SWE_MINI),
                    "--select", "1", "--tokenizer", "byte", "--max-requests", "1", "--out", str(out)])
     assert rc == 0
     lines = out.read_text().splitlines()
@@ -215,7 +222,7 @@ def test_not_json_is_rejected_naming_the_file(tmp_path: Path):
 
 
 def test_recorded_completion_tokens_are_read_and_preferred(tmp_path: Path):
-    demo = read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json")
+    demo = read_swe_mini(SWE_MINI / "demo__demo-1.traj.json")
     assert [r.recorded_output_tokens for r in demo.requests] == [12, None, None]
     tau2 = json.loads((FIXTURES / "tau2" / "a_airline_with_info.json").read_text())
     replies = [m for m in tau2["simulations"][0]["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
@@ -229,7 +236,7 @@ def test_recorded_completion_tokens_are_read_and_preferred(tmp_path: Path):
     assert rec.requests[1].n_output == text.requests[1].n_output  # no recorded count: the text's
     assert rec.meta["ids"] == "tokenized" and rec.meta["output_count"] == "recorded"
     # a recorded count above the text's: synthesized ids (seeded) precede the reply's own ids
-    data = json.loads((FIXTURES / "swe-mini" / "demo__demo-1.traj.json").read_text())
+    data = json.loads((SWE_MINI / "demo__demo-1.traj.json").read_text())
     data["messages"][2]["extra"]["response"]["usage"]["completion_tokens"] = 200
     long = read_swe_mini(write_json(tmp_path / "demo__demo-1.traj.json", data))
     a = tokenize_session(long, byte_tok, CHATML, tokenizer_name="byte", prefer_recorded=True, seed=3)
@@ -243,7 +250,7 @@ def test_recorded_completion_tokens_are_read_and_preferred(tmp_path: Path):
 def test_model_tokenizers_frame_with_special_tokens():
     from ostinato.sessions import get_template
 
-    s = read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json")
+    s = read_swe_mini(SWE_MINI / "demo__demo-1.traj.json")
     ds = tokenize_session(s, resolve_tokenizer("deepseek"), get_template("deepseek"), tokenizer_name="deepseek")
     qw = tokenize_session(s, resolve_tokenizer("qwen"), CHATML, tokenizer_name="qwen")
     assert ds.requests[0].output_token_ids[-1] == 1  # <｜end▁of▁sentence｜> is one token
@@ -263,7 +270,7 @@ def test_tables_hold_counts_only_and_match_tokenization(tmp_path: Path):
     assert header == ["session", "turn", "kind", "domain", "task", "new_byte", "output_byte", "output_recorded"]
     table = read_table(out)
     demo = table["swe-mini/demo__demo-1"]
-    ref = tokenize_session(read_swe_mini(FIXTURES / "swe-mini" / "demo__demo-1.traj.json"), byte_tok, CHATML)
+    ref = tokenize_session(read_swe_mini(SWE_MINI / "demo__demo-1.traj.json"), byte_tok, CHATML)
     assert [(r.kind, r.new["byte"], r.output["byte"]) for r in demo] == [(q.kind, q.n_new, q.n_output) for q in ref.requests]
     assert [r.output_recorded for r in demo] == [12, None, None]
     entry = json.loads(prov.read_text())["tables"]["swe-mini"]
@@ -478,7 +485,7 @@ def github_tar(path: Path, top: str, files: dict[str, bytes]) -> str:
 def swe_archive(tmp_path: Path) -> tuple[Path, str]:
     """The two swe-mini fixtures at their upstream paths, plus files the download must not extract."""
     files = {f"{SWE_TRAJS}/{p.name.removesuffix('.traj.json')}/{p.name}": p.read_bytes()
-             for p in sorted((FIXTURES / "swe-mini").glob("*.traj.json"))}
+             for p in sorted((SWE_MINI).glob("*.traj.json"))}
     files["README.md"] = b"# mini-swe-agent\n"
     files["swebench_results/other-run/trajs/x/x.traj.json"] = b"{}"
     files[f"{SWE_TRAJS}/demo__demo-1/demo__demo-1.log"] = b"log"
