@@ -85,6 +85,32 @@ def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
             yield line[5:].strip()
 
 
+def _token_chunk(out: RequestOutput, now: float, last: float | None) -> float:
+    """Time a chunk that carries output: TTFT at the first, an inter-token gap after; return `now`."""
+    if out.t_first_token is None:
+        out.t_first_token = now
+        out.ttft = now - out.t_send
+    else:
+        out.itl.append(now - last)
+    out.t_last_token = now
+    out.n_chunks += 1
+    return now
+
+
+def _parse_chunk(data: str, out: RequestOutput) -> dict | None:
+    """The JSON of one SSE payload, or None after recording a parse or server error in `out`."""
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError as exc:
+        out.error = f"bad SSE data {data[:80]!r}: {exc}"
+        return None
+    if "error" in chunk:
+        err = chunk["error"]
+        out.error = f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
+        return None
+    return chunk
+
+
 def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_counter) -> RequestOutput:
     """Fill `out` from the SSE lines of a `/completion` stream, timestamping chunks as they arrive."""
     last = None
@@ -92,25 +118,12 @@ def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_cou
         now = clock()
         if data == "[DONE]":
             break
-        try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError as exc:
-            out.error = f"bad SSE data {data[:80]!r}: {exc}"
-            return out
-        if "error" in chunk:
-            err = chunk["error"]
-            out.error = f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
+        chunk = _parse_chunk(data, out)
+        if chunk is None:
             return out
         tokens = chunk.get("tokens") or []
         if tokens:
-            if out.t_first_token is None:
-                out.t_first_token = now
-                out.ttft = now - out.t_send
-            else:
-                out.itl.append(now - last)
-            last = now
-            out.t_last_token = now
-            out.n_chunks += 1
+            last = _token_chunk(out, now, last)
             out.token_ids.extend(int(t) for t in tokens)
         if chunk.get("stop"):
             out.timings = dict(chunk.get("timings") or {})
@@ -139,25 +152,12 @@ def consume_openai_stream(lines: Iterable[str], out: RequestOutput, clock=time.p
         now = clock()
         if data == "[DONE]":
             break
-        try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError as exc:
-            out.error = f"bad SSE data {data[:80]!r}: {exc}"
-            return out
-        if "error" in chunk:
-            err = chunk["error"]
-            out.error = f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
+        chunk = _parse_chunk(data, out)
+        if chunk is None:
             return out
         choices = chunk.get("choices") or []
         if "".join(c.get("text") or "" for c in choices):
-            if out.t_first_token is None:
-                out.t_first_token = now
-                out.ttft = now - out.t_send
-            else:
-                out.itl.append(now - last)
-            last = now
-            out.t_last_token = now
-            out.n_chunks += 1
+            last = _token_chunk(out, now, last)
         for c in choices:
             if c.get("finish_reason"):
                 out.final["finish_reason"] = c["finish_reason"]

@@ -108,8 +108,6 @@ def _ints(text: str, flag: str, n: int | None = None) -> tuple[int, ...]:
 def _cmd_memory(args: argparse.Namespace) -> int:
     import yaml
 
-    from ostinato.models.gguf_import import load_gguf  # noqa: F401  (fails early without a tree)
-    from ostinato.residency.gguf_shape import moe_shape_from_gguf
     from ostinato.residency.memory_check import check_memory
 
     ctx = _ints(args.ctx_sizes, "--ctx-sizes", 3)
@@ -117,9 +115,8 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         raise ValueError(f"--ctx-sizes {args.ctx_sizes!r}: expected three increasing sizes")
     chk = check_memory(Path(args.server_bin), Path(args.model), Path(args.llama_tree), Path(args.log_dir), ctx,
                        args.ubatch, args.device, tuple(args.server_arg))
-    shape = moe_shape_from_gguf(args.model, args.llama_tree)
-    mm = chk.memory_model(list(_ints(args.gpu_total_bytes, "--gpu-total-bytes")), shape.n_expert_used,
-                          args.margin_bytes, args.reserved_bytes)
+    mm = chk.memory_model(list(_ints(args.gpu_total_bytes, "--gpu-total-bytes")), args.margin_bytes,
+                          args.reserved_bytes)
     with atomic_open(Path(args.out), "w") as f:
         f.write("# memory model of " + Path(args.model).name + ": weights from the GGUF, context and compute buffers "
                 "fitted on what llama-server reported (ostinato residency memory)\n")

@@ -58,6 +58,7 @@ class GgufWeights:
 
     n_layer: int
     n_expert: int
+    n_expert_used: int
     dense_bytes: tuple[int, ...]
     expert_bytes: tuple[int, ...]   # one routed expert per layer (0: dense layer)
     output_bytes: int               # output head, final norm and every other tensor outside the blocks
@@ -76,7 +77,11 @@ def gguf_weights(model: str | Path, tree: str | Path) -> GgufWeights:
     reader = load_gguf(tree).GGUFReader(str(model))
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     n_layer = int(reader.fields[f"{arch}.block_count"].parts[-1][0])
-    n_expert = int(reader.fields[f"{arch}.expert_count"].parts[-1][0]) if f"{arch}.expert_count" in reader.fields else 0
+    def key(name: str) -> int:
+        f = reader.fields.get(f"{arch}.{name}")
+        return int(f.parts[-1][0]) if f is not None else 0
+
+    n_expert, n_expert_used = key("expert_count"), key("expert_used_count")
     dense, experts = [0] * n_layer, [0] * n_layer
     output = embd = 0
     for t in reader.tensors:
@@ -92,7 +97,7 @@ def gguf_weights(model: str | Path, tree: str | Path) -> GgufWeights:
             embd += n
         else:
             output += n
-    return GgufWeights(n_layer, n_expert, tuple(dense), tuple(experts), output, embd)
+    return GgufWeights(n_layer, n_expert, n_expert_used, tuple(dense), tuple(experts), output, embd)
 
 
 def measure_buffers(server_bin: Path, model: Path, ctx: int, ubatch: int, log_path: Path,
@@ -167,8 +172,7 @@ class MemoryCheck:
                 "compute": {**asdict(self.compute), "linear_in_context": self.compute.ok,
                             "used_bytes": self.compute.reported_bytes}}
 
-    def memory_model(self, gpu_total_bytes: list[int], n_expert_used: int, margin_bytes: int = 0,
-                     reserved_bytes: int = 0) -> dict:
+    def memory_model(self, gpu_total_bytes: list[int], margin_bytes: int = 0, reserved_bytes: int = 0) -> dict:
         """A memory-model mapping for `ostinato residency capacity` (`kv_tokens` is set by the capacity rule).
 
         The context's fixed part (sliding-window caches, compressor states) and the compute buffers reported at
@@ -189,7 +193,7 @@ class MemoryCheck:
             "compute_bytes_per_token": 0,
             "n_ubatch": self.n_ubatch,
             "staging_experts": self.weights.n_expert,
-            "zero_slots": 2 * n_expert_used,
+            "zero_slots": 2 * self.weights.n_expert_used,
             "margin_bytes": int(margin_bytes),
             "reserved_bytes": int(reserved_bytes),
         }
