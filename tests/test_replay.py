@@ -234,6 +234,22 @@ def test_resume_after_interrupted_runner(fake_bin, fake_model, tmp_path):
     assert len(json.loads((store.root / "runs.json").read_text())) == 2
 
 
+def test_rerun_replays_sessions_whose_routing_trace_is_gone(fake_bin, fake_model, tmp_path):
+    """A recorded session counts as done only with its trace, when traces are recorded (the pipeline clears the
+    trace directory before it reruns a rule)."""
+    sessions = make_sessions(2, 1)
+    rec = tmp_path / "rec"
+    cfg = ReplayConfig("stock", tmp_path / "out", progress=False, routing_record_dir=rec)
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        assert run_replay(sessions, server, cfg).done == ["test/s0", "test/s1"]
+    (rec / "test__s0.route").write_text("trace")  # the fake server writes none: one trace present, one gone
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        summary = run_replay(sessions, server, cfg)
+    assert summary.skipped == ["test/s0"] and summary.done == ["test/s1"]
+    keys = [(r["session"], r["turn"]) for r in ResultStore(tmp_path / "out" / "stock").iter_records()]
+    assert len(keys) == len(set(keys)) == 2
+
+
 def test_killed_runner_process_resumes_via_cli(fake_bin, fake_model, tmp_path):
     sessions_file = tmp_path / "sessions.jsonl"
     write_sessions_jsonl(make_sessions(4, 2), sessions_file)

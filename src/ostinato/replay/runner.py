@@ -227,7 +227,11 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     todo = []
     for s in sessions:
         status = store.status(s.session_id)
-        if status == "missing" or (status == "failed" and cfg.retry_failed):
+        # a recorded session whose routing trace is asked for but gone (e.g. its directory was cleared for a
+        # rerun) is replayed again, or the rerun would leave the trace missing
+        lost_trace = (status == "ok" and cfg.routing_record_dir is not None
+                      and not trace_path(cfg.routing_record_dir, s.session_id).exists())
+        if status == "missing" or (status == "failed" and cfg.retry_failed) or lost_trace:
             todo.append(s)
         else:
             summary.skipped.append(s.session_id)
