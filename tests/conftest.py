@@ -23,7 +23,7 @@ MODEL_CACHE = REPO / "build" / "test-models"
 def engine_variants() -> dict[str, Path]:
     """Bin directories of the variants (upstream, stock, ostinato); built on first use, then cached."""
     sdist = os.environ.get("OSTINATO_ENGINE_SDIST")
-    req = BuildRequest(repo=REPO, out=ENGINE_OUT, backend=resolve_backend(BACKEND), variants=STAGES,
+    req = BuildRequest(repo=REPO, out=ENGINE_OUT, backend=resolve_backend(BACKEND), variants=STAGES, op_tests=True,
                        jobs=os.cpu_count() or 2, sdist=Path(sdist) if sdist else None)
     build(req)
     return {v: ENGINE_OUT / v / "bin" for v in STAGES}

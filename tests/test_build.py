@@ -104,3 +104,27 @@ def test_patch_queue_round_trip(engine_variants, tmp_path):
     assert [p.name for p in written] == [p.name for p in stage_patches(ENGINE, "stock")]
     for p in written:
         assert p.read_text() == (ENGINE / "patches" / "stock" / p.name).read_text()
+
+
+def test_op_tests_only_when_asked_and_same_fingerprint(tmp_path):
+    """The pipeline builds no op tests, the test suite does; both share the stage's fingerprint and tree."""
+    from ostinato.build.backend import resolve_backend
+    from ostinato.build.stages import BuildRequest, is_current, stage_targets, variant_fingerprint
+
+    plain = BuildRequest(repo=REPO, out=tmp_path, backend=resolve_backend("cpu"))
+    with_tests = BuildRequest(repo=REPO, out=tmp_path, backend=resolve_backend("cpu"), op_tests=True)
+    assert stage_targets(plain, "ostinato") == ("llama-server", "llama-bench")
+    assert stage_targets(with_tests, "ostinato") == ("llama-server", "llama-bench", "test-backend-ops", "test-residency-ops")
+    assert stage_targets(with_tests, "stock") == ("llama-server", "llama-bench")
+    assert variant_fingerprint(plain, "ostinato") == variant_fingerprint(with_tests, "ostinato")
+    # a stage built without its op tests is current for the pipeline and not for the test suite
+    bin_dir = tmp_path / "ostinato" / "bin"
+    bin_dir.mkdir(parents=True)
+    for t in ("llama-server", "llama-bench"):
+        (bin_dir / t).write_text("")
+    (tmp_path / "ostinato" / "manifest.json").write_text(json.dumps({
+        "variant": "ostinato", "backend": "cpu", "backend_reason": "", "fingerprint": variant_fingerprint(plain, "ostinato"),
+        "build_number": 0, "upstream_commit": "", "tree_commit": "", "patches": [], "cmake_args": [],
+        "targets": ["llama-server", "llama-bench"], "build_seconds": 0.0, "built_at": ""}))
+    assert is_current(plain, "ostinato")
+    assert not is_current(with_tests, "ostinato")

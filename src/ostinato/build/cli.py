@@ -27,7 +27,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     backend = resolve_backend(args.backend, args.cuda_arch)
     out = Path(args.out) / backend.name if args.per_backend_dir else Path(args.out)
     req = BuildRequest(repo=Path(args.repo).resolve(), out=out.resolve(), backend=backend,
-                       variants=args.variants, targets=tuple(args.targets), jobs=args.jobs,
+                       variants=args.variants, targets=tuple(args.targets), op_tests=args.op_tests, jobs=args.jobs,
                        sdist=Path(args.sdist) if args.sdist else None,
                        source_tarball=Path(args.source_tarball) if args.source_tarball else None,
                        log=Path(args.log).resolve() if args.log else None)
@@ -84,6 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: the visible GPUs')")
     b.add_argument("--variants", type=_variants, default=STAGES, help="comma list (default: all)")
     b.add_argument("--targets", nargs="+", default=list(DEFAULT_TARGETS))
+    b.add_argument("--op-tests", action="store_true",
+                   help="also build each stage's op tests (the ostinato stage: test-backend-ops, test-residency-ops)")
     b.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     b.add_argument("--out", default="build/engine", help="output root (default: build/engine)")
     b.add_argument("--per-backend-dir", action=argparse.BooleanOptionalAction, default=True,

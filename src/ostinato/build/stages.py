@@ -22,7 +22,8 @@ from ostinato.build.pin import EnginePin, load_pin
 from ostinato.build.source import UPSTREAM_TAG, fetch_sdist, has_tree, unpack_tarball, unpack_tree
 
 DEFAULT_TARGETS = ("llama-server", "llama-bench")
-# op tests a stage builds beside the requested targets: the cases for the ggml ops its patches change
+# op tests a stage builds beside the requested targets when asked (BuildRequest.op_tests): the cases for the ggml
+# ops its patches change. The test suite asks for them; the pipeline does not, which keeps getting started short.
 STAGE_TARGETS = {"ostinato": ("test-backend-ops", "test-residency-ops")}
 
 
@@ -35,6 +36,7 @@ class BuildRequest:
     backend: Backend
     variants: tuple[str, ...] = STAGES
     targets: tuple[str, ...] = DEFAULT_TARGETS
+    op_tests: bool = False          # also build and install each stage's op tests (STAGE_TARGETS)
     jobs: int = os.cpu_count() or 2
     sdist: Path | None = None       # a local copy of the pinned sdist (else pip downloads it)
     source_tarball: Path | None = None  # a tree packed by `ostinato engine pack-source` (instead of the sdist)
@@ -93,16 +95,21 @@ def read_manifest(out: Path, variant: str) -> VariantManifest | None:
     return VariantManifest(**json.loads(p.read_text()))
 
 
+def _with_op_tests(targets: tuple[str, ...], variant: str) -> tuple[str, ...]:
+    return tuple(targets) + tuple(t for t in STAGE_TARGETS.get(variant, ()) if t not in targets)
+
+
 def stage_targets(req: BuildRequest, variant: str) -> tuple[str, ...]:
-    """What a variant builds and installs: the requested targets and the variant's op tests."""
-    return tuple(req.targets) + tuple(t for t in STAGE_TARGETS.get(variant, ()) if t not in req.targets)
+    """What a variant builds and installs: the requested targets, and its op tests if asked for."""
+    return _with_op_tests(req.targets, variant) if req.op_tests else tuple(req.targets)
 
 
 def variant_fingerprint(req: BuildRequest, variant: str) -> str:
-    """Changes whenever the variant's tree or build options change."""
+    """Changes whenever the variant's tree or build options change (the same with or without the op tests, so
+    a build that adds them reuses the stage's tree and objects)."""
     engine = req.repo / "engine"
     pin = load_pin(engine / "pin.json")
-    extra = "\n".join([req.backend.name, *_cmake_args(pin, req.backend), *stage_targets(req, variant)])
+    extra = "\n".join([req.backend.name, *_cmake_args(pin, req.backend), *_with_op_tests(req.targets, variant)])
     return fingerprint(stage_inputs(engine, variant), extra)
 
 
@@ -171,15 +178,23 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
         t0 = time.monotonic()
         # taken before the stage's inputs are read: an edit during the build makes the next build redo the stage
         fp = variant_fingerprint(req, stage)
-        progress(f"[engine] {stage}: applying {len(stage_patches(engine, stage))} patch(es) on {base}")
         git(tree, "am", "--abort", check=False)
-        at_base = git(tree, "rev-parse", "HEAD").strip() == git(tree, "rev-parse", f"{base}^{{commit}}").strip()
-        if not (at_base and not git(tree, "status", "--porcelain").strip()):
-            # only files that differ are rewritten, so only they (and their dependents) recompile
-            git(tree, "checkout", "-q", "-f", "--detach", base)
-            git(tree, "clean", "-q", "-fd")
-        apply_stage(tree, engine, stage)
-        git(tree, "tag", "-f", tag)
+        old = read_manifest(req.out, stage)
+        head = git(tree, "rev-parse", "HEAD").strip()
+        clean = not git(tree, "status", "--porcelain").strip()
+        if (old is not None and old.fingerprint == fp and git(tree, "tag", "-l", tag).strip() == tag and clean
+                and head == git(tree, "rev-parse", f"{tag}^{{commit}}").strip()):
+            # the tree is at this stage already and only targets are missing (e.g. the op tests): build just them
+            progress(f"[engine] {stage}: tree at {tag}, adding targets")
+        else:
+            progress(f"[engine] {stage}: applying {len(stage_patches(engine, stage))} patch(es) on {base}")
+            at_base = head == git(tree, "rev-parse", f"{base}^{{commit}}").strip()
+            if not (at_base and clean):
+                # only files that differ are rewritten, so only they (and their dependents) recompile
+                git(tree, "checkout", "-q", "-f", "--detach", base)
+                git(tree, "clean", "-q", "-fd")
+            apply_stage(tree, engine, stage)
+            git(tree, "tag", "-f", tag)
         if not (bdir / "CMakeCache.txt").exists() or _cached_args(bdir) != args:
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
             _run(["cmake", "-S", str(tree), "-B", str(bdir), *gen, *args], log, env=env)
