@@ -73,3 +73,13 @@ def test_replay_run_preset_flags(tiny_v4_model, llama_tree):
     with pytest.raises(ValueError, match="needs --preset"):
         _engine_preset(argparse.Namespace(**{**vars(ns), "preset": None}))
     assert _engine_preset(argparse.Namespace(**{**vars(ns), "preset": None, "expert_budget_gib": None})).server_args == ()
+    # the budget as a share of all routed-expert bytes: half of 4 equal layers is 2 layers on the GPU
+    half = argparse.Namespace(**{**vars(ns), "expert_budget_gib": None, "expert_fraction": 0.5})
+    assert _engine_preset(half).server_args == ("-ngl", "99", "--n-cpu-moe", "2")
+    assert _engine_preset(argparse.Namespace(**{**vars(half), "expert_fraction": 1.0})).server_args[-1] == "0"
+    with pytest.raises(ValueError, match="give one"):
+        _engine_preset(argparse.Namespace(**{**vars(half), "expert_budget_gib": 1.0}))
+    with pytest.raises(ValueError, match=r"--expert-fraction 1.5: expected a share in \[0, 1\]"):
+        _engine_preset(argparse.Namespace(**{**vars(half), "expert_fraction": 1.5}))
+    with pytest.raises(ValueError, match="--expert-fraction needs --preset"):
+        _engine_preset(argparse.Namespace(**{**vars(half), "preset": None}))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ostinato.engines import PRESETS, EngineConfig, expert_budget_from_gguf, preset
+from ostinato.engines import PRESETS, EngineConfig, ExpertBudget, expert_budget_from_gguf, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.results import load_requests, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
@@ -57,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="named engine configuration: its placement flags and environment come first (ostinato.engines)")
     r.add_argument("--expert-budget-gib", type=float, default=None,
                    help="with --preset: GPU memory for routed experts, the same for every compared engine (default: no limit)")
+    r.add_argument("--expert-fraction", type=float, default=None,
+                   help="with --preset, instead of --expert-budget-gib: GPU memory for routed experts as a share of all "
+                        "their bytes (e.g. the share the ostinato engine's pool holds)")
     r.add_argument("--llama-tree", type=Path, default=None,
                    help="with --preset: the pinned llama.cpp tree, whose gguf-py reads the model's expert sizes")
     r.add_argument("--residency-plan", default=None, help="with --preset ostinato: the residency plan file")
@@ -101,15 +104,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _engine_preset(args: argparse.Namespace) -> EngineConfig:
     """The named configuration of --preset for this model and budget (no flags without --preset)."""
+    fraction = getattr(args, "expert_fraction", None)
     if args.preset is None:
-        if args.expert_budget_gib is not None:
-            raise ValueError("--expert-budget-gib needs --preset")
+        if args.expert_budget_gib is not None or fraction is not None:
+            raise ValueError(f"{'--expert-budget-gib' if fraction is None else '--expert-fraction'} needs --preset")
         return EngineConfig(args.engine_name, "")
     if args.llama_tree is None:
         raise ValueError("--preset needs --llama-tree (the pinned llama.cpp tree whose gguf-py reads the model)")
-    budget_bytes = None if args.expert_budget_gib is None else int(args.expert_budget_gib * (1 << 30))
-    return preset(args.preset, expert_budget_from_gguf(args.model, args.llama_tree, budget_bytes),
-                  plan=getattr(args, "residency_plan", None), upload_min=getattr(args, "residency_upload_min", 512))
+    if fraction is not None:
+        if args.expert_budget_gib is not None:
+            raise ValueError("--expert-fraction and --expert-budget-gib both set the budget: give one")
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"--expert-fraction {fraction}: expected a share in [0, 1]")
+        full = expert_budget_from_gguf(args.model, args.llama_tree, None)
+        budget = ExpertBudget(full.layer_bytes, int(fraction * sum(full.layer_bytes)))
+    else:
+        budget_bytes = None if args.expert_budget_gib is None else int(args.expert_budget_gib * (1 << 30))
+        budget = expert_budget_from_gguf(args.model, args.llama_tree, budget_bytes)
+    return preset(args.preset, budget, plan=getattr(args, "residency_plan", None),
+                  upload_min=getattr(args, "residency_upload_min", 512))
 
 
 def _check_server_args(args: argparse.Namespace) -> None:
