@@ -27,7 +27,7 @@ summary_csv = "results/replay/sessions.csv"  # one path, or a list of paths (con
 figures_dir = "figures"
 tables_dir = "tables"
 machine = ""  # label of the machine; empty: taken from the CSV's `machine` column
-engines = ["stock", "ostinato"]  # order in table and plot; engines absent from the CSV are left out
+engines = ["llama.cpp-layers", "ostinato"]  # order in table and plot; engines absent from the CSV are left out
 output_stem = "replay_summary"
 requests_csv = ""  # optional per-request CSV(s) of `replay summarize --requests-out`: medians over requests
 target = "ostinato"  # engine whose savings the comparison reports
@@ -67,8 +67,8 @@ print(f"{len(df)} rows, engines {order}, machine {machine!r}")
 # %% [markdown]
 # ## Per-session table
 # One row per session (`label` as on the figure's axis); per engine the total request time (sum of client latencies), median TTFT
-# and TPOT (over its successful requests); `speedup` = stock / ostinato total request time where
-# both engines completed the session; `failed_engines` names those that did not.
+# and TPOT (over its successful requests); `speedup_vs_<reference>` = the first other engine's total request time
+# over the target's where both completed the session; `failed_engines` names those that did not.
 
 # %%
 metrics = {"total_request_s": "total_s", "ttft_median_s": "ttft_med_s", "tpot_median_s": "tpot_med_s"}
@@ -86,8 +86,9 @@ if "session_ok" in df:
     failed = df.loc[~df["session_ok"].astype(bool), ["session", "engine"]].astype({"engine": str})
     failed_engines = failed.groupby("session", observed=True)["engine"].apply(
         lambda s: ",".join(map(str, s))).reindex(table.index).fillna("")
-if {"stock", "ostinato"} <= set(order):  # only where both engines completed the session
-    table["speedup"] = (table["stock_total_s"] / table["ostinato_total_s"]).where(failed_engines == "")
+reference = next((e for e in order if e != target), None)
+if reference is not None and target in order:  # only where both engines completed the session
+    table[f"speedup_vs_{reference}"] = (table[f"{reference}_total_s"] / table[f"{target}_total_s"]).where(failed_engines == "")
 table["failed_engines"] = failed_engines
 table = table.reset_index()
 table.insert(1, "label", table["session"].map(short))
@@ -134,11 +135,12 @@ print("wrote", *figs)
 # (client total / server prefill + decode, and the gap in percentage points between the share saved at
 # the client and at the server; the paper's Appendix C finds the two within 0.5 points).
 #
-# **What the default config compares**: `stock` (pinned llama.cpp with the replay patches) and `ostinato`
-# (the same plus the resident expert pools with the split and upload prefill paths, loading the plan made from
-# the development sessions' recorded routing). On a CPU-only machine the pool is a host buffer and both branches
-# share the same cores, so the share saved there is no speed comparison; on a GPU it is. Rows are labelled
-# `measured (<machine>)`.
+# **What the default config compares**: `llama.cpp-layers` (the pinned llama.cpp with the replay patches, whole MoE
+# layers on the GPU while the expert budget lasts) and `ostinato` (the same plus the resident expert pools with
+# the split and upload prefill paths, loading the plan made from the development sessions' recorded routing), at
+# the same GPU memory for experts. On a CPU-only machine there is no GPU: the layers preset runs everything on
+# the CPU, the pool is a host buffer and both branches share the same cores, so the share saved there is no speed
+# comparison; on a GPU it is. Rows are labelled `measured (<machine>)`.
 
 # %%
 from ostinato.replay.metrics import CompareConfig, compare_engines, display_table, save_comparison

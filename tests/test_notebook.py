@@ -63,12 +63,12 @@ def test_notebook_runs_under_papermill(tmp_path: Path, one_failure: bool):
                  "tables/replay_summary.csv", "tables/replay_summary.md"):
         assert (tmp_path / name).stat().st_size > 0, name
     table = pd.read_csv(tmp_path / "tables" / "replay_summary.csv")
-    assert len(table) == 3 and (table["speedup"].dropna() - 1 / 0.6).abs().max() < 1e-9
+    assert len(table) == 3 and (table["speedup_vs_stock"].dropna() - 1 / 0.6).abs().max() < 1e-9
     if one_failure:
-        assert table["speedup"].isna().sum() == 1  # the session that one engine failed
+        assert table["speedup_vs_stock"].isna().sum() == 1  # the session that one engine failed
         assert table.loc[table["session"] == "swe-mini/x", "failed_engines"].item() == "ostinato"
     else:
-        assert table["speedup"].notna().all() and table["failed_engines"].isna().all()
+        assert table["speedup_vs_stock"].notna().all() and table["failed_engines"].isna().all()
     md = (tmp_path / "tables" / "replay_summary.md").read_text()
     assert md.startswith("| session | label |") and "measured" not in md
     assert "ostinato, measured (cpu-2c)" in (tmp_path / "out.ipynb").read_text()

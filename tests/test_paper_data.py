@@ -35,6 +35,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                             "decode_step_ms": NUM, "note": TEXT},
     "figure1.csv": {"panel": TEXT, "metric": TEXT, "workload": TEXT, "gpus": INT, "engine": TEXT,
                     "reference_engine": TEXT, "speedup": NUM},
+    "figure4.csv": {"metric": TEXT, "workload": TEXT, "engine": TEXT, "value": NUM, "note": TEXT},
     "figure6.csv": {"panel": TEXT, "metric": TEXT, "workload": TEXT, "engine": TEXT, "reference_engine": TEXT,
                     "kind": TEXT, "value": NUM, "value_low": NUM, "value_high": NUM, "unit": TEXT, "note": TEXT},
     "figure7.csv": {"panel": TEXT, "metric": TEXT, "engine": TEXT, "reference_engine": TEXT, "new_tokens": TEXT,

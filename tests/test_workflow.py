@@ -31,7 +31,7 @@ def test_default_dag_reaches_every_stage(tmp_path):
     for rule in ("build_engine", "synth_model", "get_traces", "split_sessions", "build_sessions", "replay",
                  "summarize_replay", "render_replay_summary", "render_table2", "make_routing", "render_routing_stats",
                  "simulate", "compute_limit", "render_sim_validation", "calibrate", "sweep_prefill", "render_fig7b",
-                 "check_memory_model", "capacity_replay_model"):
+                 "check_memory_model", "capacity_replay_model", "render_result", "render_calibration"):
         assert rule in proc.stdout, rule
 
 
@@ -84,10 +84,12 @@ def test_forced_routing_config_puts_traces_before_the_replay(tmp_path):
     cfg["routing"]["model"] = {"n_layer": 4, "n_expert": 16, "n_expert_used": 4}
     good = tmp_path / "forced-ok.yaml"
     good.write_text(yaml.safe_dump(cfg))
-    proc = _snakemake("results/replay/tau2-few/stock.sessions.csv", "-n", "-p", "--forceall", "--cores", "1",
-                      "--configfile", str(good))
+    proc = _snakemake("results/replay/tau2-few/llama.cpp-layers.sessions.csv", "-n", "-p", "--forceall", "--cores",
+                      "1", "--configfile", str(good))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "make_routing" in proc.stdout and "--routing-force-dir results/routing/tau2-few" in proc.stdout
+    # every preset gets the GPU memory of the ostinato pool
+    assert "--preset llama.cpp-layers" in proc.stdout and "--expert-fraction 0.5" in proc.stdout
 
 
 def test_engine_reached_by_url_in_the_replay(tmp_path):
@@ -104,3 +106,25 @@ def test_engine_reached_by_url_in_the_replay(tmp_path):
     good.write_text(yaml.safe_dump(cfg))
     proc = _snakemake("-n", "--configfile", str(good), "--cores", "1")
     assert proc.returncode != 0 and "replay.engines.vllm" in proc.stdout + proc.stderr
+
+
+def test_gpu_config_dag_and_result_sources(tmp_path):
+    """config/h200.yaml merges into the default and reaches every result; Table 4 takes Qwen series only."""
+    proc = _snakemake("results/figures/table3.params.yaml", "results/figures/table4.params.yaml", "figures/table3.pdf",
+                      "-n", "-p", "--forceall", "--cores", "16", "--configfile", "config/h200.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "models/v4flash-slice-8.gguf" in out and "--preset llama.cpp-layers" in out
+    t3 = next(line for line in out.splitlines() if "table3.params.yaml" in line and "figures params" in line)
+    assert "measured_sessions=[results/replay/sessions.csv]" in t3 and "reference_runs=[]" in t3
+    t4 = next(line for line in out.splitlines() if "table4.params.yaml" in line and "figures params" in line)
+    assert "measured_sessions=[]" in t4 and "sim_sessions=[]" in t4
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["models"]["tiny-qwen"] = {"spec": "tiny-qwen3moe", "vocab": "qwen"}
+    cfg["replay"]["model"] = "tiny-qwen"
+    qwen = tmp_path / "qwen.yaml"
+    qwen.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("results/figures/table4.params.yaml", "-n", "-p", "--forceall", "--cores", "1",
+                      "--configfile", str(qwen))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "measured_sessions=[results/replay/sessions.csv]" in proc.stdout

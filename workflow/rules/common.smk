@@ -52,7 +52,7 @@ def all_targets():
         "figures/replay_summary.png",
         "tables/replay_summary.csv",
         "tables/replay_summary.md",
-    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets() + calibrate_targets() + memory_targets() + sweep_targets()
+    ] + table2_targets() + routing_targets() + plan_targets() + sim_targets() + calibrate_targets() + memory_targets() + sweep_targets() + result_targets()
 
 
 SYNTH_MODELS = [m for m, c in config["models"].items() if "spec" in c]
@@ -96,7 +96,12 @@ def preset_opts(engine, input=None):
     if not name:
         return ""
     budget = config["replay"].get("expert_budget_gib")
-    opts = f"--preset {name} --llama-tree {ENGINE_DIR}/tree" + (f" --expert-budget-gib {budget}" if budget else "")
+    share = config["replay"].get("residency", {}).get("resident_share")
+    opts = f"--preset {name} --llama-tree {ENGINE_DIR}/tree"
+    if budget is not None:
+        opts += f" --expert-budget-gib {budget}"
+    elif share is not None:  # every preset gets the GPU memory of the ostinato engine's pool
+        opts += f" --expert-fraction {share}"
     if name == "ostinato":
         rsd = config["replay"]["residency"]
         opts += f" --residency-plan {input.plan} --residency-upload-min {rsd.get('upload_min', 512)}"
@@ -440,3 +445,74 @@ def traces_path(input):
     """The folder a `get_traces` manifest points at (mirror or download cache)."""
     with open(input.traces, encoding="utf-8") as fh:
         return json.load(fh)["path"]
+
+
+# --- figures (issue 5): one notebook per paper result --------------------------------------------------------
+# each renders the paper's numbers, this run's replays, shipped reference replays and the simulator side by side
+RESULT_NOTEBOOKS = ["table3", "fig1", "table7", "fig4", "fig5", "fig6", "table8", "table4"]
+
+
+def figures_cfg(key, default=None):
+    """A key of the `figures` config section."""
+    return config.get("figures", {}).get(key, default)
+
+
+def replay_arch():
+    """The llama.cpp architecture of the replayed model when its spec names it (a synthesized model), else ""."""
+    from ostinato.models.spec import get_spec
+
+    spec = config["models"][config["replay"]["model"]].get("spec")
+    return get_spec(spec).arch if spec else ""
+
+
+def result_sources(result):
+    """The measured, simulated and reference inputs of one result notebook (Table 4: Qwen3-MoE series only)."""
+    qwen = result == "table4"
+    measured = [] if qwen and replay_arch() != "qwen3moe" else ["results/replay/sessions.csv"]
+    sims = [] if qwen and not sim_cfg("model", "").startswith("qwen") else [
+        s for s in sim_cfg("sets", []) if "plan" in config]
+    refs = [] if qwen else figures_cfg("reference_runs", [])
+    return {"measured_sessions": measured, "measured_requests": [p.replace("sessions.csv", "requests.csv") for p in measured],
+            "sim_sessions": [f"results/sim/{s}/sessions.csv" for s in sims],
+            "sim_requests": [f"results/sim/{s}/requests.csv" for s in sims], "reference_runs": refs}
+
+
+def result_inputs(result):
+    """Files a result notebook reads (its sources' CSVs)."""
+    src = result_sources(result)
+    refs = [f"{d}/{f}" for d in src["reference_runs"] for f in ("sessions.csv", "requests.csv")]
+    return src["measured_sessions"] + src["measured_requests"] + src["sim_sessions"] + src["sim_requests"] + refs
+
+
+def result_params(result):
+    """`ostinato figures params` options of one result notebook."""
+    src = result_sources(result)
+    sets = [f"--set '{k}={yaml_list(v)}'" for k, v in src.items()]
+    return " ".join(sets + [f"--set profile={sim_cfg('profile', 'paper-4x4090d')}",
+                            f"--set 'reference_machine={figures_cfg('reference_machine', '')}'",
+                            f"--set target={figures_cfg('target', 'ostinato')}",
+                            "--set figures_dir=figures --set tables_dir=tables", f"--set output_stem={result}"])
+
+
+def calibration_params():
+    """`ostinato figures params` options of the calibration notebook: this run's fit and the reference fit."""
+    fits = (["results/calibrate/fit.json"] if "calibrate" in config else []) + (
+        [figures_cfg("reference_fit")] if figures_cfg("reference_fit") else [])
+    series = ([""] if "calibrate" in config else []) + (
+        [f"{figures_cfg('reference_machine', 'reference')}, reference"] if figures_cfg("reference_fit") else [])
+    return (f"--set 'fits={yaml_list(fits)}' --set 'series={json.dumps(series)}' --set 'machine={MACHINE}' "
+            "--set figures_dir=figures --set tables_dir=tables --set output_stem=calibration")
+
+
+def calibration_inputs():
+    return (["results/calibrate/fit.json"] if "calibrate" in config else []) + (
+        [figures_cfg("reference_fit")] if figures_cfg("reference_fit") else [])
+
+
+def result_targets():
+    """The result notebooks' figures and tables (to add to `rule all`)."""
+    out = [f"{d}/{r}.{x}" for r in RESULT_NOTEBOOKS for d, x in (("figures", "pdf"), ("figures", "png"),
+                                                                   ("tables", "csv"), ("tables", "md"))]
+    if calibration_inputs():
+        out += ["figures/calibration.pdf", "figures/calibration.png", "tables/calibration.csv", "tables/calibration.md"]
+    return out

@@ -38,3 +38,71 @@ rule render_replay_summary:
         "../../environment.yml"
     shell:
         "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"
+
+
+rule write_result_params:
+    output:
+        "results/figures/{result}.params.yaml",
+    log:
+        "results/figures/write_{result}_params.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        result=name_pattern(RESULT_NOTEBOOKS),
+    params:
+        opts=lambda w: result_params(w.result),
+    shell:
+        "ostinato figures params --out {output} {params.opts} > {log} 2>&1"
+
+
+rule render_result:
+    input:
+        notebook="notebooks/{result}.ipynb",
+        params="results/figures/{result}.params.yaml",
+        data=lambda w: result_inputs(w.result),
+    output:
+        notebook="results/figures/{result}.ipynb",
+        pdf="figures/{result}.pdf",
+        png="figures/{result}.png",
+        csv="tables/{result}.csv",
+        md="tables/{result}.md",
+    log:
+        "results/figures/{result}.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        result=name_pattern(RESULT_NOTEBOOKS),
+    shell:
+        "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"
+
+
+rule write_calibration_params:
+    output:
+        "results/figures/calibration.params.yaml",
+    log:
+        "results/figures/write_calibration_params.log",
+    conda:
+        "../../environment.yml"
+    params:
+        opts=calibration_params(),
+    shell:
+        "ostinato figures params --out {output} {params.opts} > {log} 2>&1"
+
+
+rule render_calibration:
+    input:
+        notebook="notebooks/calibration.ipynb",
+        params="results/figures/calibration.params.yaml",
+        fits=calibration_inputs(),
+    output:
+        notebook="results/figures/calibration.ipynb",
+        pdf="figures/calibration.pdf",
+        png="figures/calibration.png",
+        csv="tables/calibration.csv",
+        md="tables/calibration.md",
+    log:
+        "results/figures/calibration.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"

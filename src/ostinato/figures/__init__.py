@@ -5,10 +5,12 @@ from ostinato.figures.style import (
     engine_label,
     engine_palette,
     save_figure,
+    series_kind,
     series_label,
+    series_palette,
     styled,
 )
 from ostinato.figures.tables import save_table, to_markdown
 
-__all__ = ["apply_style", "engine_label", "engine_palette", "save_figure", "series_label", "styled",
+__all__ = ["apply_style", "engine_label", "engine_palette", "save_figure", "series_kind", "series_label", "series_palette", "styled",
            "save_table", "to_markdown"]

@@ -73,6 +73,28 @@ def engine_palette(engines: list[str]) -> dict[str, str]:
     return out
 
 
+# One colour per series kind; several measured or simulated series get shades of their kind's colour.
+SERIES_COLORS: dict[str, str] = {"paper": "#4d4d4d", "measured": "#1f77b4", "simulated": "#ff7f0e"}
+
+
+def series_kind(label: str) -> str:
+    """The kind of a series label (`paper`, `measured`, `simulated`)."""
+    kind = label.split(" (", 1)[0]
+    if kind not in SERIES_COLORS:
+        raise ValueError(f"series label {label!r} is not `paper`, `measured (...)` or `simulated (...)`")
+    return kind
+
+
+def series_palette(labels: list[str]) -> dict[str, str]:
+    """A colour per series label: grey for the paper, blues for measured series, oranges for simulated ones."""
+    out: dict[str, str] = {}
+    for kind in SERIES_COLORS:
+        same = [lab for lab in labels if series_kind(lab) == kind]
+        shades = sns.light_palette(SERIES_COLORS[kind], n_colors=len(same) + 2, reverse=True).as_hex()
+        out.update({lab: shades[i] for i, lab in enumerate(same)})
+    return out
+
+
 def apply_style() -> None:
     """Set the shared theme for the current process (notebooks call this once at the top)."""
     sns.set_theme(context="paper", style="whitegrid", palette="colorblind", rc=RC)

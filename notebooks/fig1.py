@@ -1,0 +1,93 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+
+# %% [markdown]
+# # Figure 1: speedups over the slowest engine
+#
+# (a) Median TTFT after a tool output and (b) total request time, each engine's speedup over the slowest engine
+# of its series and workload (the paper's Figure 1, derived from its Table 3: slowest in TTFT is llama.cpp's
+# expert cache, in total time KTransformers). This run's replays and the simulator's policies are ranked the same
+# way among the engines they have, so the reference engine can differ between series (`reference_engine`).
+# Writes `tables/<stem>.{csv,md}` and `figures/<stem>.{pdf,png}`.
+
+# %% tags=["parameters"]
+measured_sessions = ["results/replay/sessions.csv"]  # per-session CSVs of `ostinato replay summarize`; [] = none
+measured_requests = ["results/replay/requests.csv"]  # their per-request CSVs
+machine = ""  # label of the measured series; "" = the CSVs' `machine` column
+sim_sessions = ["results/sim/synthetic-swe-heldout/sessions.csv"]  # `ostinato sim run` outputs; [] = none
+sim_requests = ["results/sim/synthetic-swe-heldout/requests.csv"]
+profile = "paper-4x4090d"  # machine profile of the simulated series
+paper_dir = "data/paper"
+target = "ostinato"
+n_resamples = 9999  # bootstrap resamples of the saved share's 95% CI
+ci_seed = 0
+figures_dir = "figures"
+tables_dir = "tables"
+reference_runs = ["data/reference/h200/compare/run1", "data/reference/h200/compare/run2",
+                  "data/reference/h200/compare/run3"]  # shipped replays of another machine (repeated runs); [] = none
+reference_machine = "h200"
+output_stem = "fig1"
+
+# %%
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from ostinato.figures import apply_style, engine_palette, save_figure, save_table, series_palette
+from ostinato.figures import results as R
+from ostinato.figures.runs import load_series
+
+apply_style()
+runs = load_series(measured_sessions, measured_requests, machine, sim_sessions, sim_requests, profile,
+                   reference_runs, reference_machine)
+paper = Path(paper_dir)
+print("series:", *runs.series, sep="\n  ")
+
+# %%
+compared = R.compare(runs, R.CompareOptions(target=target, n_resamples=n_resamples, seed=ci_seed))
+table = pd.concat([R.paper_figure1(paper / "figure1.csv"),
+                   R.speedups(compared, "ttft_tool_s"), R.speedups(compared, "total_s")], ignore_index=True)
+print("wrote", *save_table(table, Path(tables_dir) / output_stem))
+table
+
+# %%
+panels = [("ttft_tool_s", "(a) TTFT after a tool output"), ("total_s", "(b) total request time")]
+workloads = list(dict.fromkeys(table["workload"]))
+labels = list(dict.fromkeys(table["series"]))
+fig, axes = plt.subplots(len(panels), len(workloads), figsize=(5.0 * len(workloads), 3.2 * len(panels)),
+                         squeeze=False)
+for (metric, title), row in zip(panels, axes):
+    for ax, w in zip(row, workloads):
+        d = table[(table["metric"] == metric) & (table["workload"] == w)]
+        if d.empty:
+            ax.set_visible(False)
+            continue
+        sns.barplot(data=d, x="engine", y="speedup", hue="series", hue_order=[s for s in labels if s in set(d["series"])],
+                    palette=series_palette(labels), ax=ax)
+        ax.axhline(1.0, color="black", lw=0.6)
+        ax.tick_params(axis="x", rotation=30)
+        ax.set_xlabel("")
+        ax.set_ylabel("speedup over the slowest")
+        ax.set_title(f"{title}, {w}")
+        if ax.get_legend() is not None and ax is not axes[0][-1]:
+            ax.get_legend().remove()
+if axes[0][-1].get_legend() is not None:
+    sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.0, 1.0), title=None)
+fig.tight_layout()
+print("wrote", *save_figure(fig, Path(figures_dir) / output_stem))

@@ -1,0 +1,253 @@
+"""The paper's result tables computed from any series (measured or simulated), with the paper's rows beside them.
+
+Each function returns a long table with a `series` column (`paper`, `measured (<machine>)`,
+`simulated (<profile>)`), so one notebook shows the three side by side and one test checks each computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ostinato.figures.runs import Runs
+from ostinato.figures.style import series_label
+from ostinato.replay.metrics import CompareConfig, bootstrap_saved, saved_share
+
+PAPER = series_label("paper")
+KINDS = ("first", "tool", "user")
+WORKLOADS = ("SWE", "tau2")
+
+# the ablation step each engine or simulator policy stands for (the paper's Table 8b)
+ABLATION_STEP = {"llama.cpp-layers": 1, "llama.cpp-expert-cache": 2, "resident-native-inturn": 3,
+                 "resident-native": 4, "ostinato": 5}
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """The target engine and the bootstrap of the saved share (paired over sessions, seeded)."""
+
+    target: str = "ostinato"
+    n_resamples: int = 9999
+    seed: int = 0
+    confidence: float = 0.95
+
+
+def complete(runs: Runs, series: str, workload: str) -> tuple[pd.DataFrame, list[str]]:
+    """One series' sessions of one workload, and the session ids every one of its engines completed."""
+    s = runs.sessions[(runs.sessions["series"] == series) & (runs.sessions["workload"] == workload)]
+    engines = s["engine"].nunique()
+    done = s[s["ok"].astype(bool)].groupby("session")["engine"].nunique()
+    return s, sorted(done[done == engines].index)
+
+
+def compare(runs: Runs, opts: CompareOptions = CompareOptions()) -> pd.DataFrame:
+    """Table 3's columns per series, workload and engine: total, share the target saves [CI], sessions won,
+    median TTFT per request kind, median TPOT, and the engine's own prefill and decode time.
+
+    Only sessions that every engine of the series completed count; a series without the target has no saved share.
+    """
+    rows = []
+    cfg = CompareConfig(target=opts.target, n_resamples=opts.n_resamples, seed=opts.seed, confidence=opts.confidence)
+    for series in runs.series:
+        for workload in [w for w in dict.fromkeys(runs.sessions["workload"])]:
+            s, kept = complete(runs, series, workload)
+            if s.empty:
+                continue
+            wide = s[s["session"].isin(kept)].set_index(["engine", "session"])
+            engines = list(dict.fromkeys(s["engine"]))
+            total = {e: wide.loc[e, "total_s"].reindex(kept).to_numpy(float) if kept else np.array([]) for e in engines}
+            r = runs.requests[(runs.requests["series"] == series) & runs.requests["session"].isin(kept)]
+            for e in engines:
+                re_ = r[r["engine"] == e]
+                row = {"series": series, "workload": workload, "engine": e, "sessions": len(kept),
+                       "dropped": int(s["session"].nunique() - len(kept)), "total_s": float(total[e].sum()),
+                       "prefill_s": float(wide.loc[e, "prefill_s"].reindex(kept).sum()) if kept else np.nan,
+                       "decode_s": float(wide.loc[e, "decode_s"].reindex(kept).sum()) if kept else np.nan,
+                       "tpot_ms": float(re_["tpot_ms"].median()) if re_["tpot_ms"].notna().any() else np.nan}
+                for k in KINDS:
+                    v = re_.loc[re_["kind"] == k, "ttft_s"].dropna()
+                    row[f"ttft_{k}_s"], row[f"n_{k}"] = (float(v.median()) if len(v) else np.nan), len(v)
+                if e != opts.target and opts.target in total and kept:
+                    low, high = bootstrap_saved(total[opts.target], total[e], cfg)
+                    row.update(saved_pct=100 * saved_share(total[opts.target], total[e]), saved_ci_low_pct=100 * low,
+                               saved_ci_high_pct=100 * high, won=int(np.sum(total[opts.target] < total[e])))
+                rows.append(row)
+    cols = ["series", "workload", "engine", "sessions", "dropped", "total_s", "saved_pct", "saved_ci_low_pct",
+            "saved_ci_high_pct", "won", *(f"ttft_{k}_s" for k in KINDS), *(f"n_{k}" for k in KINDS), "tpot_ms",
+            "prefill_s", "decode_s"]
+    return pd.DataFrame(rows).reindex(columns=cols)
+
+
+def paper_table3(table3_csv: str | Path, table7_csv: str | Path, gpus: int = 4) -> pd.DataFrame:
+    """The paper's Table 3 (and Table 7's TTFT by kind) in `compare`'s columns."""
+    t3 = pd.read_csv(table3_csv)
+    t3 = t3[t3["gpus"] == gpus]
+    t7 = pd.read_csv(table7_csv).pivot_table(index=["workload", "engine"], columns="kind", values="ttft_median_s")
+    out = pd.DataFrame({"series": PAPER, "workload": t3["workload"], "engine": t3["engine"],
+                        "sessions": t3["sessions"], "dropped": 0, "total_s": t3["total_s"],
+                        "saved_pct": t3["saved_pct"], "saved_ci_low_pct": t3["saved_ci_low_pct"],
+                        "saved_ci_high_pct": t3["saved_ci_high_pct"], "won": t3["won"],
+                        "ttft_tool_s": t3["ttft_tool_s"], "tpot_ms": t3["tpot_ms"]})
+    for k in ("first", "user"):
+        out[f"ttft_{k}_s"] = [t7[k].get((w, e), np.nan) if k in t7 else np.nan
+                              for w, e in zip(out["workload"], out["engine"])]
+    return out.reset_index(drop=True)
+
+
+def speedups(table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Figure 1: each engine's speedup over the slowest engine of its series and workload (`metric` a column of
+    `compare`, e.g. `ttft_tool_s` or `total_s`)."""
+    rows = []
+    for (series, workload), g in table.groupby(["series", "workload"], sort=False):
+        g = g[g[metric].notna() & (g[metric] > 0)]
+        if g.empty:
+            continue
+        slow = g.loc[g[metric].idxmax()]
+        for _, r in g.iterrows():
+            rows.append({"series": series, "workload": workload, "engine": r["engine"], "metric": metric,
+                         "reference_engine": slow["engine"], "speedup": float(slow[metric] / r[metric])})
+    return pd.DataFrame(rows, columns=["series", "workload", "engine", "metric", "reference_engine", "speedup"])
+
+
+def paper_figure1(figure1_csv: str | Path, gpus: int = 4) -> pd.DataFrame:
+    """The paper's Figure 1 speedups in `speedups`' columns (`ttft_tool_s` for panel a, `total_s` for b)."""
+    f1 = pd.read_csv(figure1_csv)
+    f1 = f1[f1["gpus"] == gpus]
+    metric = f1["panel"].map({"a": "ttft_tool_s", "b": "total_s"})
+    return pd.DataFrame({"series": PAPER, "workload": f1["workload"], "engine": f1["engine"], "metric": metric,
+                         "reference_engine": f1["reference_engine"], "speedup": f1["speedup"]}).reset_index(drop=True)
+
+
+def session_savings(runs: Runs, target: str = "ostinato") -> pd.DataFrame:
+    """Figure 4: per series, workload, baseline and session, the share of the baseline's request time the target
+    saves (sessions every engine of the series completed)."""
+    rows = []
+    for series in runs.series:
+        for workload in dict.fromkeys(runs.sessions["workload"]):
+            s, kept = complete(runs, series, workload)
+            if s.empty or target not in set(s["engine"]):
+                continue
+            t = s[s["engine"] == target].set_index("session")["total_s"]
+            for e in dict.fromkeys(s["engine"]):
+                if e == target:
+                    continue
+                b = s[s["engine"] == e].set_index("session")["total_s"]
+                for sid in kept:
+                    rows.append({"series": series, "workload": workload, "engine": e, "session": sid,
+                                 "saved_pct": 100 * (1 - t[sid] / b[sid])})
+    return pd.DataFrame(rows, columns=["series", "workload", "engine", "session", "saved_pct"])
+
+
+def savings_summary(savings: pd.DataFrame) -> pd.DataFrame:
+    """Figure 4's numbers per series, workload and baseline: sessions, smallest, median and largest saving."""
+    g = savings.groupby(["series", "workload", "engine"], sort=False)["saved_pct"]
+    return pd.DataFrame({"sessions": g.size(), "min_saved_pct": g.min(), "median_saved_pct": g.median(),
+                         "max_saved_pct": g.max()}).reset_index()
+
+
+def ttft_quantiles(runs: Runs, kind: str = "tool", qs: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9, 0.99)) -> pd.DataFrame:
+    """Figure 5's distribution in numbers: quantiles of TTFT of one request kind per series, workload and engine."""
+    r = runs.requests[(runs.requests["kind"] == kind) & runs.requests["ttft_s"].notna()]
+    rows = []
+    for (series, workload, engine), g in r.groupby(["series", "workload", "engine"], sort=False):
+        row = {"series": series, "workload": workload, "engine": engine, "kind": kind, "turns": len(g)}
+        row.update({f"p{round(100 * q)}_s": float(g["ttft_s"].quantile(q)) for q in qs})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def phase_changes(table: pd.DataFrame, target: str = "ostinato") -> pd.DataFrame:
+    """Figure 6a/b: the target's prefill and decode time relative to each other engine of its series (negative =
+    shorter), from `compare`'s per-engine totals."""
+    rows = []
+    for (series, workload), g in table.groupby(["series", "workload"], sort=False):
+        g = g.set_index("engine")
+        if target not in g.index:
+            continue
+        for ref in g.index:
+            if ref == target:
+                continue
+            row = {"series": series, "workload": workload, "engine": target, "reference_engine": ref}
+            for phase in ("prefill", "decode", "total"):
+                a, b = g.loc[target, f"{phase}_s"], g.loc[ref, f"{phase}_s"]
+                row[f"{phase}_change_pct"] = 100 * (a / b - 1) if b and pd.notna(a) and pd.notna(b) else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["series", "workload", "engine", "reference_engine", "prefill_change_pct",
+                                       "decode_change_pct", "total_change_pct"])
+
+
+def tpot_by_context(runs: Runs, n_bins: int = 4) -> pd.DataFrame:
+    """Figure 6d: median TPOT per context-length quartile (quartiles over each series and workload's decoding
+    requests of all engines, so the engines share bin edges)."""
+    r = runs.requests[runs.requests["tpot_ms"].notna() & runs.requests["context"].notna()]
+    rows = []
+    for (series, workload), g in r.groupby(["series", "workload"], sort=False):
+        edges = np.unique(np.quantile(g["context"], np.linspace(0, 1, n_bins + 1)))
+        if len(edges) < 2:
+            continue
+        q = pd.cut(g["context"], edges, include_lowest=True, labels=False)
+        for (engine, b), h in g.groupby([g["engine"], q], sort=False):
+            rows.append({"series": series, "workload": workload, "engine": engine, "quartile": int(b) + 1,
+                         "context_low": float(edges[int(b)]), "context_high": float(edges[int(b) + 1]),
+                         "requests": len(h), "tpot_median_ms": float(h["tpot_ms"].median())})
+    out = pd.DataFrame(rows, columns=["series", "workload", "engine", "quartile", "context_low", "context_high",
+                                      "requests", "tpot_median_ms"])
+    return out.sort_values(["series", "workload", "engine", "quartile"]).reset_index(drop=True)
+
+
+def ttft_by_kind(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 7 in long form: median TTFT and request count per series, workload, engine and kind."""
+    rows = []
+    for _, r in table.iterrows():
+        for k in KINDS:
+            v, n = r.get(f"ttft_{k}_s"), r.get(f"n_{k}")
+            if pd.notna(v):
+                rows.append({"series": r["series"], "workload": r["workload"], "engine": r["engine"], "kind": k,
+                             "turns": n, "ttft_median_s": float(v)})
+    return pd.DataFrame(rows, columns=["series", "workload", "engine", "kind", "turns", "ttft_median_s"])
+
+
+def paper_table7(table7_csv: str | Path) -> pd.DataFrame:
+    """The paper's Table 7 in `ttft_by_kind`'s columns."""
+    t7 = pd.read_csv(table7_csv)
+    return pd.DataFrame({"series": PAPER, "workload": t7["workload"], "engine": t7["engine"], "kind": t7["kind"],
+                         "turns": t7["turns"], "ttft_median_s": t7["ttft_median_s"]})
+
+
+def ablation(table: pd.DataFrame, steps: dict[str, int] | None = None) -> pd.DataFrame:
+    """Table 8b: each engine that stands for an ablation step, its total, prefill and decode time, and each
+    relative to step 1 (layer placement) of the same series and workload."""
+    steps = steps or ABLATION_STEP
+    t = table[table["engine"].isin(steps)].copy()
+    t["step"] = t["engine"].map(steps).astype(int)
+    rows = []
+    for (series, workload), g in t.groupby(["series", "workload"], sort=False):
+        g = g.sort_values("step")
+        base = g[g["step"] == 1]
+        for _, r in g.iterrows():
+            row = {"series": series, "workload": workload, "step": int(r["step"]), "engine": r["engine"],
+                   "sessions": r["sessions"], "total_s": r["total_s"], "prefill_s": r["prefill_s"],
+                   "decode_s": r["decode_s"]}
+            for c in ("total", "prefill", "decode"):
+                row[f"{c}_rel_step1"] = float(r[f"{c}_s"] / base[f"{c}_s"].iloc[0]) if len(base) else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["series", "workload", "step", "engine", "sessions", "total_s", "prefill_s",
+                                       "decode_s", "total_rel_step1", "prefill_rel_step1", "decode_rel_step1"])
+
+
+def paper_ablation(table8_csv: str | Path, panel: str = "b") -> pd.DataFrame:
+    """The paper's Table 8 panel a or b in `ablation`'s columns (the step's configuration as `engine`)."""
+    t8 = pd.read_csv(table8_csv)
+    p = t8[t8["panel"] == panel].copy()
+    p["step"] = p["step"].astype(int)
+    base = p[p["step"] == 1].iloc[0]
+    out = pd.DataFrame({"series": PAPER, "workload": p["workload"].str.split().str[0], "step": p["step"],
+                        "engine": p["config"],
+                        "sessions": np.nan, "total_s": p["total_s"], "prefill_s": p["prefill_s"],
+                        "decode_s": p["decode_s"]})
+    for c in ("total", "prefill", "decode"):
+        out[f"{c}_rel_step1"] = p[f"{c}_s"] / base[f"{c}_s"]
+    return out.reset_index(drop=True)

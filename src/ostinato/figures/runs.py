@@ -1,0 +1,186 @@
+"""Measured replays and simulated runs in one shape, so a notebook puts them beside the paper's numbers.
+
+`Runs.sessions` has one row per series, engine and session (`series`, `engine`, `workload`, `session`, `ok`,
+`total_s`, `prefill_s`, `decode_s`); `Runs.requests` one row per successful request (`series`, `engine`,
+`workload`, `session`, `turn`, `kind`, `n_new`, `n_output`, `context`, `ttft_s`, `tpot_ms`). Workloads are the
+paper's (`SWE`, `tau2`), engines the paper's slugs where a simulator policy stands for one of its engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from ostinato.figures.style import series_label
+
+SESSION_COLUMNS = ["series", "engine", "workload", "session", "ok", "total_s", "prefill_s", "decode_s"]
+REQUEST_COLUMNS = ["series", "engine", "workload", "session", "turn", "kind", "n_new", "n_output", "context",
+                   "ttft_s", "tpot_ms"]
+
+# a session id's source prefix -> the paper's workload
+WORKLOAD_OF_SOURCE = {"swe-mini": "SWE", "swe-rebench": "SWE", "synthetic-swe": "SWE", "tau2": "tau2",
+                      "synthetic-tau2": "tau2"}
+
+# simulator policy -> the paper's engine it stands for (ostinato.sim.policies); others keep the policy's name
+SIM_ENGINE = {"ostinato": "ostinato", "llama-layers": "llama.cpp-layers",
+              "llama-expert-cache": "llama.cpp-expert-cache", "buun": "buun", "static-uniform": "ktransformers"}
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Per-session and per-request rows of one or more series (measured or simulated)."""
+
+    sessions: pd.DataFrame
+    requests: pd.DataFrame
+
+    @property
+    def series(self) -> list[str]:
+        """The series labels, in the order they were loaded."""
+        return list(dict.fromkeys(self.sessions["series"]))
+
+    def of(self, series: str) -> "Runs":
+        """Only one series' rows."""
+        return Runs(self.sessions[self.sessions["series"] == series], self.requests[self.requests["series"] == series])
+
+
+def paper_workload(session: str) -> str:
+    """The paper's workload of a session id (`tau2/airline/3` -> `tau2`, `swe-mini/django-1` -> `SWE`)."""
+    prefix = session.split("/", 1)[0] if "/" in session else ""
+    return WORKLOAD_OF_SOURCE.get(prefix, prefix or "all")
+
+
+def _as_list(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    if isinstance(paths, (str, Path)):
+        return [Path(paths)] if str(paths) else []
+    return [Path(p) for p in paths]
+
+
+def _read(paths: list[Path], what: str, required: set[str]) -> pd.DataFrame:
+    """Concatenate CSVs; a missing file or column is an error that names it."""
+    frames = []
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"{what}: {p} not found")
+        df = pd.read_csv(p)
+        missing = required - set(df.columns)
+        if missing:
+            raise ValueError(f"{what}: {p} lacks columns {sorted(missing)}")
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=sorted(required))
+
+
+def _as_bool(s: pd.Series) -> pd.Series:
+    return s.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+
+
+def _context(req: pd.DataFrame) -> pd.Series:
+    """Tokens in the context at each request: earlier requests' new and output tokens plus this one's new."""
+    req = req.sort_values(["engine", "session", "turn"])
+    grown = (req["n_new"] + req["n_output"]).groupby([req["engine"], req["session"]]).cumsum()
+    return grown - req["n_output"]
+
+
+def empty_runs() -> Runs:
+    return Runs(pd.DataFrame(columns=SESSION_COLUMNS), pd.DataFrame(columns=REQUEST_COLUMNS))
+
+
+def _tag_runs(paths: list[Path], what: str, required: set[str]) -> pd.DataFrame:
+    """Concatenate repeated runs of the same sessions, each run's session ids suffixed `#run<i>`."""
+    frames = []
+    for i, p in enumerate(paths, 1):
+        df = _read([p], what, required)
+        frames.append(df.assign(session=df["session"].astype(str) + f"#run{i}"))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=sorted(required))
+
+
+def load_measured(sessions_csv: str | Path | Iterable[str | Path], requests_csv: str | Path | Iterable[str | Path],
+                  machine: str = "", repeated_runs: bool = False) -> Runs:
+    """Replays (`ostinato replay summarize` CSVs) as the series `measured (<machine>)`.
+
+    Totals are the client's request times; prefill and decode the server's own timings, as the paper's Figure 6
+    reports each engine's. `machine` defaults to the CSVs' `machine` column. With `repeated_runs`, the files are
+    runs of the same sessions (in the same order in both lists) and each run's sessions count separately.
+    """
+    s_req, r_req = {"engine", "session", "total_request_s"}, {"engine", "session", "turn", "kind", "ttft_s"}
+    read = _tag_runs if repeated_runs else _read
+    ses = read(_as_list(sessions_csv), "measured sessions", s_req)
+    req = read(_as_list(requests_csv), "measured requests", r_req)
+    if ses.empty:
+        return empty_runs()
+    if not machine:
+        labels = sorted(ses["machine"].dropna().astype(str).unique()) if "machine" in ses else []
+        machine = ", ".join(labels) or "this machine"
+    label = series_label("measured", machine)
+    num = lambda df, c: pd.to_numeric(df[c], errors="coerce") if c in df else np.nan  # noqa: E731
+    ok = _as_bool(ses["session_ok"]) if "session_ok" in ses else pd.Series(True, index=ses.index)
+    sessions = pd.DataFrame({
+        "series": label, "engine": ses["engine"].astype(str), "workload": ses["session"].astype(str).map(paper_workload),
+        "session": ses["session"].astype(str), "ok": ok & num(ses, "total_request_s").notna(),
+        "total_s": num(ses, "total_request_s"), "prefill_s": num(ses, "server_prefill_s"),
+        "decode_s": num(ses, "server_decode_s")})
+    if "ok" in req:
+        req = req[_as_bool(req["ok"])]
+    requests = pd.DataFrame({
+        "series": label, "engine": req["engine"].astype(str), "workload": req["session"].astype(str).map(paper_workload),
+        "session": req["session"].astype(str), "turn": req["turn"].astype(int), "kind": req["kind"].astype(str),
+        "n_new": num(req, "n_new"), "n_output": num(req, "n_output"), "context": num(req, "n_prompt"),
+        "ttft_s": num(req, "ttft_s"), "tpot_ms": num(req, "tpot_s") * 1e3})
+    return Runs(sessions.reset_index(drop=True), requests.reset_index(drop=True))
+
+
+def load_simulated(sessions_csv: str | Path | Iterable[str | Path], requests_csv: str | Path | Iterable[str | Path],
+                   profile: str, paper_engines: bool = True) -> Runs:
+    """Simulator outputs (`ostinato sim run`) as the series `simulated (<profile>)`.
+
+    With `paper_engines`, a policy that stands for one of the paper's engines takes its slug (`SIM_ENGINE`).
+    """
+    ses = _read(_as_list(sessions_csv), "simulated sessions", {"engine", "session", "total_s", "prefill_s", "decode_s"})
+    req = _read(_as_list(requests_csv), "simulated requests",
+                {"engine", "session", "turn", "kind", "n_new", "n_output", "ttft_ms", "tpot_ms"})
+    if ses.empty:
+        return empty_runs()
+    label = series_label("simulated", profile)
+    name = (lambda e: SIM_ENGINE.get(e, e)) if paper_engines else (lambda e: e)  # noqa: E731
+    sessions = pd.DataFrame({
+        "series": label, "engine": ses["engine"].astype(str).map(name),
+        "workload": ses["session"].astype(str).map(paper_workload), "session": ses["session"].astype(str), "ok": True,
+        "total_s": ses["total_s"].astype(float), "prefill_s": ses["prefill_s"].astype(float),
+        "decode_s": ses["decode_s"].astype(float)})
+    req = req.assign(engine=req["engine"].astype(str).map(name), session=req["session"].astype(str))
+    requests = pd.DataFrame({
+        "series": label, "engine": req["engine"], "workload": req["session"].map(paper_workload),
+        "session": req["session"], "turn": req["turn"].astype(int), "kind": req["kind"].astype(str),
+        "n_new": req["n_new"].astype(float), "n_output": req["n_output"].astype(float),
+        "context": _context(req).reindex(req.index).astype(float), "ttft_s": req["ttft_ms"].astype(float) / 1e3,
+        "tpot_ms": req["tpot_ms"].astype(float).where(req["n_output"] > 1)})
+    return Runs(sessions.reset_index(drop=True), requests.reset_index(drop=True))
+
+
+def combine(*runs: Runs) -> Runs:
+    """Several series in one `Runs` (the first's order first)."""
+    parts = [r for r in runs if not r.sessions.empty]
+    if not parts:
+        return empty_runs()
+    return Runs(pd.concat([r.sessions for r in parts], ignore_index=True),
+                pd.concat([r.requests for r in parts], ignore_index=True))
+
+
+def load_series(measured_sessions: list[str] | str, measured_requests: list[str] | str, machine: str,
+                sim_sessions: list[str] | str, sim_requests: list[str] | str, profile: str,
+                reference_runs: list[str] | str = (), reference_machine: str = "") -> Runs:
+    """A notebook's inputs: this run's replays, the simulator's runs and shipped reference replays (each if any).
+
+    `reference_runs` are directories of repeated runs of one comparison (`sessions.csv`, `requests.csv` each, as
+    under `data/reference/<machine>/compare/`); they form the series `measured (<reference_machine>, reference)`.
+    """
+    measured = load_measured(measured_sessions, measured_requests, machine) if _as_list(measured_sessions) else empty_runs()
+    simulated = load_simulated(sim_sessions, sim_requests, profile) if _as_list(sim_sessions) else empty_runs()
+    dirs = _as_list(reference_runs)
+    reference = (load_measured([d / "sessions.csv" for d in dirs], [d / "requests.csv" for d in dirs],
+                               f"{reference_machine or 'reference'}, reference", repeated_runs=True)
+                 if dirs else empty_runs())
+    return combine(measured, reference, simulated)

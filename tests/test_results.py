@@ -1,0 +1,223 @@
+"""The result tables (ostinato.figures.runs and .results) and the notebooks that render each paper result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from ostinato.figures import results as R
+from ostinato.figures.runs import combine, load_measured, load_series, load_simulated, paper_workload
+from ostinato.figures.style import series_kind, series_palette
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = REPO / "data" / "paper"
+RESULT_NOTEBOOKS = ["table3", "fig1", "table7", "fig4", "fig5", "fig6", "table8", "table4", "calibration"]
+
+# per engine: a scale of every time, so the target saves 1 - 0.6 = 40% of stock's time in each session
+SCALE = {"stock": 1.0, "ostinato": 0.6}
+SESSIONS = ["tau2/a/000", "tau2/a/001", "swe-mini/x", "swe-mini/y"]
+
+
+def write_replay(tmp: Path, failed: tuple[str, str] | None = None, scale: dict[str, float] = SCALE,
+                 stem: str = "") -> tuple[Path, Path]:
+    """Per-session and per-request CSVs shaped like `ostinato replay summarize` output."""
+    ses, req = [], []
+    for engine, k in scale.items():
+        for i, sid in enumerate(SESSIONS):
+            kinds = ["first", "tool", "user", "tool"] if sid.startswith("tau2") else ["first", "tool", "tool", "tool"]
+            lat = [k * (1 + i) * (t + 1) for t in range(len(kinds))]
+            ok = (engine, sid) != failed
+            ses.append({"engine": engine, "machine": "cpu-2c", "session": sid, "n_requests": len(kinds),
+                        "session_ok": ok, "total_request_s": sum(lat) if ok else float("nan"),
+                        "server_prefill_s": 0.4 * sum(lat), "server_decode_s": 0.55 * sum(lat)})
+            for t, (kind, lt) in enumerate(zip(kinds, lat)):
+                req.append({"engine": engine, "session": sid, "turn": t, "kind": kind, "ok": True, "n_new": 100 * (t + 1),
+                            "n_prompt": 100 * (t + 1) * (t + 2) // 2, "n_output": 20, "ttft_s": 0.1 * lt,
+                            "latency_s": lt, "tpot_s": k * 0.01 * (1 + t)})
+    s, r = tmp / f"sessions{stem}.csv", tmp / f"requests{stem}.csv"
+    pd.DataFrame(ses).to_csv(s, index=False)
+    pd.DataFrame(req).to_csv(r, index=False)
+    return s, r
+
+
+def write_sim(tmp: Path) -> tuple[Path, Path]:
+    """Simulator outputs (`ostinato sim run`) for two policies on one synthetic SWE session."""
+    ses, req = [], []
+    for pol, k in (("ostinato", 0.5), ("llama-layers", 1.0), ("resident-native", 0.8)):
+        rows = [{"engine": pol, "session": "synthetic-swe/1-0", "turn": t, "kind": "first" if t == 0 else "tool",
+                 "n_new": 200, "n_output": 10 if t < 2 else 1, "prefill_ms": 100 * k, "decode_ms": 50 * k,
+                 "ttft_ms": 100 * k, "tpot_ms": 5 * k, "total_ms": 150 * k} for t in range(3)]
+        req += rows
+        ses.append({"engine": pol, "session": "synthetic-swe/1-0", "n_requests": 3, "total_s": 0.45 * k,
+                    "prefill_s": 0.3 * k, "decode_s": 0.15 * k, "ttft_median_s": 0.1 * k, "tpot_median_ms": 5 * k})
+    s, r = tmp / "sim_sessions.csv", tmp / "sim_requests.csv"
+    pd.DataFrame(ses).to_csv(s, index=False)
+    pd.DataFrame(req).to_csv(r, index=False)
+    return s, r
+
+
+def test_paper_workload():
+    assert paper_workload("tau2/airline/3") == "tau2"
+    assert paper_workload("swe-mini/django-1") == "SWE"
+    assert paper_workload("synthetic-swe/2-0") == "SWE"
+    assert paper_workload("plain") == "all"
+
+
+def test_load_measured_and_missing_column(tmp_path):
+    s, r = write_replay(tmp_path)
+    runs = load_measured(s, r)
+    assert runs.series == ["measured (cpu-2c)"]
+    assert set(runs.sessions["workload"]) == {"tau2", "SWE"}
+    assert runs.requests["tpot_ms"].max() == pytest.approx(40.0)  # 0.01 s x 4 -> ms
+    pd.read_csv(s).drop(columns=["total_request_s"]).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(ValueError, match=r"bad\.csv lacks columns \['total_request_s'\]"):
+        load_measured(tmp_path / "bad.csv", r)
+    with pytest.raises(FileNotFoundError, match="nowhere.csv"):
+        load_measured(tmp_path / "nowhere.csv", r)
+
+
+def test_load_simulated_maps_policies_and_context(tmp_path):
+    runs = load_simulated(*write_sim(tmp_path), profile="paper-4x4090d")
+    assert runs.series == ["simulated (paper-4x4090d)"]
+    assert set(runs.sessions["engine"]) == {"ostinato", "llama.cpp-layers", "resident-native"}
+    ctx = runs.requests[runs.requests["engine"] == "ostinato"].sort_values("turn")["context"].tolist()
+    assert ctx == [200, 200 + 10 + 200, 200 + 10 + 200 + 10 + 200]
+    # one output token has no TPOT
+    assert runs.requests[runs.requests["turn"] == 2]["tpot_ms"].isna().all()
+
+
+def test_compare_saved_share_won_and_dropped(tmp_path):
+    runs = load_measured(*write_replay(tmp_path, failed=("stock", "swe-mini/y")))
+    t = R.compare(runs, R.CompareOptions(n_resamples=199))
+    swe = t[(t["workload"] == "SWE")].set_index("engine")
+    assert swe.loc["stock", "sessions"] == 1 and swe.loc["stock", "dropped"] == 1
+    tau = t[(t["workload"] == "tau2")].set_index("engine")
+    assert tau.loc["stock", "saved_pct"] == pytest.approx(40.0)
+    assert tau.loc["stock", "won"] == 2
+    assert pd.isna(tau.loc["ostinato", "saved_pct"])
+    assert tau.loc["stock", "n_user"] == 2 and tau.loc["stock", "n_tool"] == 4
+    assert tau.loc["ostinato", "ttft_tool_s"] == pytest.approx(0.6 * tau.loc["stock", "ttft_tool_s"])
+
+
+def test_repeated_runs_count_separately(tmp_path):
+    a = write_replay(tmp_path, stem="1")
+    b = write_replay(tmp_path, stem="2", scale={"stock": 1.0, "ostinato": 0.8})
+    runs = load_series([], [], "", [], [], "p", reference_runs=[], reference_machine="")
+    assert runs.sessions.empty
+    for i, (s, r) in enumerate((a, b), 1):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        s.rename(d / "sessions.csv")
+        r.rename(d / "requests.csv")
+    runs = load_series([], [], "", [], [], "p", reference_runs=[tmp_path / "run1", tmp_path / "run2"],
+                       reference_machine="h200")
+    assert runs.series == ["measured (h200, reference)"]
+    t = R.compare(runs, R.CompareOptions(n_resamples=199)).set_index(["workload", "engine"])
+    assert t.loc[("tau2", "stock"), "sessions"] == 4  # two sessions in each of two runs
+    assert t.loc[("tau2", "stock"), "saved_pct"] == pytest.approx(30.0)  # (0.6 + 0.8) / 2 of the same totals
+
+
+def test_speedups_savings_phases_tpot_ablation(tmp_path):
+    runs = combine(load_measured(*write_replay(tmp_path)), load_simulated(*write_sim(tmp_path), profile="p"))
+    t = R.compare(runs, R.CompareOptions(n_resamples=199))
+    sp = R.speedups(t, "total_s")
+    m = sp[(sp["series"] == "measured (cpu-2c)") & (sp["workload"] == "SWE")].set_index("engine")["speedup"]
+    assert m["stock"] == 1.0 and m["ostinato"] == pytest.approx(1 / 0.6)
+    sv = R.session_savings(runs)
+    assert sv[sv["series"] == "measured (cpu-2c)"]["saved_pct"].round(6).eq(40.0).all()
+    summ = R.savings_summary(sv)
+    assert set(summ.columns) >= {"min_saved_pct", "median_saved_pct", "max_saved_pct"}
+    ph = R.phase_changes(t)
+    sim = ph[(ph["series"] == "simulated (p)") & (ph["reference_engine"] == "llama.cpp-layers")].iloc[0]
+    assert sim["prefill_change_pct"] == pytest.approx(-50.0) and sim["decode_change_pct"] == pytest.approx(-50.0)
+    tp = R.tpot_by_context(runs)
+    assert set(tp[tp["series"] == "measured (cpu-2c)"]["quartile"]) <= {1, 2, 3, 4}
+    ab = R.ablation(t)
+    s = ab[ab["series"] == "simulated (p)"].set_index("step")
+    assert list(s.index) == [1, 4, 5]
+    assert s.loc[1, "total_rel_step1"] == 1.0 and s.loc[5, "total_rel_step1"] == pytest.approx(0.5)
+    k = R.ttft_by_kind(t)
+    assert set(k["kind"]) == {"first", "tool", "user"}
+
+
+def test_paper_tables_line_up():
+    p3 = R.paper_table3(PAPER / "table3_heldout.csv", PAPER / "table7_ttft_by_kind.csv")
+    assert len(p3) == 12 and set(p3["workload"]) == {"SWE", "tau2"}
+    assert p3.set_index(["workload", "engine"]).loc[("tau2", "ostinato"), "ttft_user_s"] == 0.37
+    # the paper's Figure 1 (b) is Table 3's totals over the slowest engine's
+    f1 = R.paper_figure1(PAPER / "figure1.csv")
+    ours = R.speedups(p3, "total_s").set_index(["workload", "engine"])["speedup"]
+    for _, r in f1[f1["metric"] == "total_s"].iterrows():
+        assert ours[(r["workload"], r["engine"])] == pytest.approx(r["speedup"], abs=0.006)
+    ab = R.paper_ablation(PAPER / "table8_ablation.csv")
+    assert ab.iloc[0]["total_rel_step1"] == 1.0 and set(ab["workload"]) == {"SWE"}
+    assert len(R.paper_table7(PAPER / "table7_ttft_by_kind.csv")) == 30
+
+
+def test_series_palette():
+    labels = ["paper", "measured (a)", "measured (b)", "simulated (p)"]
+    pal = series_palette(labels)
+    assert set(pal) == set(labels) and len(set(pal.values())) == 4
+    assert series_kind("simulated (p)") == "simulated"
+    with pytest.raises(ValueError, match="not `paper`"):
+        series_kind("guess (x)")
+
+
+def test_result_notebooks_twins_in_sync():
+    for name in RESULT_NOTEBOOKS:
+        nb = json.loads((REPO / "notebooks" / f"{name}.ipynb").read_text())
+        assert nb["metadata"]["jupytext"]["formats"] == "ipynb,py:percent"
+        assert sum("parameters" in c.get("metadata", {}).get("tags", []) for c in nb["cells"]) == 1
+        text = (REPO / "notebooks" / f"{name}.py").read_text()
+        code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+        assert all(src in text for src in code), f"run `jupytext --sync notebooks/{name}.ipynb`"
+
+
+def _papermill(notebook: Path, out: Path, params: dict, cwd: Path) -> subprocess.CompletedProcess:
+    (cwd / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "papermill", str(notebook), str(out), "-f", str(cwd / "params.yaml"),
+                           "--cwd", str(cwd), "-k", "python3"], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_result_notebooks_render_under_papermill(tmp_path):
+    """Every result notebook renders from a replay, a simulated run and the shipped H200 reference replays."""
+    pytest.importorskip("papermill")
+    s, r = write_replay(tmp_path)
+    ss, sr = write_sim(tmp_path)
+    common = {"measured_sessions": [str(s)], "measured_requests": [str(r)], "sim_sessions": [str(ss)],
+              "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
+              "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
+              "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables")}
+    fit = {"n_moe_layer": 2, "k": 2, "tpot_ms": {"0": 5.0, "1": 5.6, "2": 6.0}, "beta_ms": 0.1,
+           "alpha_minus_gamma0_ms": 0.2, "decode_fit_residual_ms": 0.0, "cpu_route_ms": 0.1,
+           "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}
+    (tmp_path / "fit.json").write_text(json.dumps(fit))
+    for name in RESULT_NOTEBOOKS:
+        params = dict(common, output_stem=name) if name != "calibration" else {
+            "fits": [str(tmp_path / "fit.json")], "series": ["test"], "constants_csv": str(PAPER / "costmodel_constants.csv"),
+            "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables")}
+        res = _papermill(REPO / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.out.ipynb", params, tmp_path)
+        assert res.returncode == 0, f"{name}: {res.stderr[-2000:]}"
+        for f in (f"figures/{name}.pdf", f"figures/{name}.png", f"tables/{name}.csv", f"tables/{name}.md"):
+            assert (tmp_path / f).is_file(), f"{name}: {f} missing"
+        table = pd.read_csv(tmp_path / "tables" / f"{name}.csv")
+        assert "series" in table.columns
+        kinds = {series_kind(x) for x in table["series"].dropna()}
+        assert "paper" in kinds, name
+        if name not in ("table4", "calibration"):
+            assert {"measured", "simulated"} <= kinds, f"{name}: {kinds}"
+    t3 = pd.read_csv(tmp_path / "tables" / "table3.csv")
+    row = t3[(t3["series"] == "measured (cpu-2c)") & (t3["workload"] == "tau2") & (t3["engine"] == "stock")]
+    assert row["saved_pct"].iloc[0] == pytest.approx(40.0)
+    assert (t3["series"] == "measured (h200, reference)").any()
+    cal = pd.read_csv(tmp_path / "tables" / "calibration.csv").set_index("series")
+    assert cal.loc["measured (test)", "beta_ms"] == 0.1 and np.isfinite(cal.loc["paper", "beta_ms"])
