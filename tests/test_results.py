@@ -19,7 +19,7 @@ from ostinato.figures.style import series_kind, series_palette
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "data" / "paper"
-RESULT_NOTEBOOKS = ["table3", "fig1", "table7", "fig4", "fig5", "fig6", "table8", "table4", "calibration"]
+RESULT_NOTEBOOKS = ["table3", "fig1", "table7", "fig4", "fig5", "fig6", "table8", "table4", "calibration", "predicted"]
 
 # per engine: a scale of every time, so the target saves 1 - 0.6 = 40% of stock's time in each session
 SCALE = {"stock": 1.0, "ostinato": 0.6}
@@ -148,6 +148,32 @@ def test_speedups_savings_phases_tpot_ablation(tmp_path):
     assert set(k["kind"]) == {"first", "tool", "user"}
 
 
+# a calibration fit and a sweep of the same made-up machine (2 MoE layers, top-4)
+FIT = {"n_moe_layer": 2, "k": 4, "tpot_ms": {"0": 5.0, "1": 5.5}, "beta_ms": 0.2, "alpha_minus_gamma0_ms": 0.05,
+       "decode_fit_residual_ms": 0.0, "prefill_pass_ms": 10.0, "prefill_token_ms": 0.1, "cpu_layer_ms": 1.0,
+       "cpu_route_ms": 0.01, "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}
+SWEEP = {"meta": {"np_min": 512}, "rows": [
+    {"engine": "ostinato", "kind": "prefill", "n_new": 100, "median_s": 0.03},
+    {"engine": "ostinato", "kind": "prefill", "n_new": 1024, "median_s": 0.2},
+    {"engine": "llama.cpp-layers", "kind": "prefill", "n_new": 100, "median_s": 0.05},
+    {"engine": "ostinato", "kind": "decode", "n_new": None, "median_s": 0.0054}]}
+COLD = {"k": 4, "placements": {"ostinato": {"prefill": 1.5, "decode": 0.8}}}
+
+
+def test_predict_sweep_by_hand():
+    p = R.predict_sweep(FIT, SWEEP, COLD).set_index(["kind", "n_new"], drop=False)
+    # split path: 10 + 0.1 * 100 + 2 * (1 + 0.01 * 100 * 1.5) = 25 ms against 30 measured
+    split = p[(p["kind"] == "prefill") & (p["n_new"] == 100)].iloc[0]
+    assert split["predicted_ms"] == pytest.approx(25.0) and split["error_pct"] == pytest.approx(-100 / 6)
+    assert pd.isna(p[(p["kind"] == "prefill") & (p["n_new"] == 1024)].iloc[0]["predicted_ms"])  # upload path
+    dec = p[p["kind"] == "decode"].iloc[0]
+    # 5 + 2 * (0.2 * 0.8 + 0.05 * q), q in [0.8 / 4, 0.8]
+    assert dec["predicted_low_ms"] == pytest.approx(5.34) and dec["predicted_high_ms"] == pytest.approx(5.40)
+    assert dec["within_interval"] == True  # noqa: E712 (5.4 measured)
+    with pytest.raises(ValueError, match="buun"):
+        R.predict_sweep(FIT, SWEEP, COLD, engine="buun")
+
+
 def test_paper_tables_line_up():
     p3 = R.paper_table3(PAPER / "table3_heldout.csv", PAPER / "table7_ttft_by_kind.csv")
     assert len(p3) == 12 and set(p3["workload"]) == {"SWE", "tau2"}
@@ -201,10 +227,20 @@ def test_result_notebooks_render_under_papermill(tmp_path):
            "alpha_minus_gamma0_ms": 0.2, "decode_fit_residual_ms": 0.0, "cpu_route_ms": 0.1,
            "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}
     (tmp_path / "fit.json").write_text(json.dumps(fit))
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "summary.json").write_text(json.dumps(SWEEP))
+    (sweep / "cold.json").write_text(json.dumps(COLD))
+    (tmp_path / "fit-full.json").write_text(json.dumps(FIT))
+    dirs = {"figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables")}
+    special = {
+        "calibration": {"fits": [str(tmp_path / "fit.json")], "series": ["test"],
+                        "constants_csv": str(PAPER / "costmodel_constants.csv"), **dirs},
+        "predicted": {"fits": [str(tmp_path / "fit-full.json")], "sweeps": [str(sweep)], "machines": ["test"],
+                      "constants_csv": str(PAPER / "costmodel_constants.csv"), **dirs},
+    }
     for name in RESULT_NOTEBOOKS:
-        params = dict(common, output_stem=name) if name != "calibration" else {
-            "fits": [str(tmp_path / "fit.json")], "series": ["test"], "constants_csv": str(PAPER / "costmodel_constants.csv"),
-            "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables")}
+        params = special.get(name, dict(common, output_stem=name))
         res = _papermill(REPO / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.out.ipynb", params, tmp_path)
         assert res.returncode == 0, f"{name}: {res.stderr[-2000:]}"
         for f in (f"figures/{name}.pdf", f"figures/{name}.png", f"tables/{name}.csv", f"tables/{name}.md"):
@@ -213,11 +249,13 @@ def test_result_notebooks_render_under_papermill(tmp_path):
         assert "series" in table.columns
         kinds = {series_kind(x) for x in table["series"].dropna()}
         assert "paper" in kinds, name
-        if name not in ("table4", "calibration"):
+        if name not in ("table4", "calibration", "predicted"):
             assert {"measured", "simulated"} <= kinds, f"{name}: {kinds}"
     t3 = pd.read_csv(tmp_path / "tables" / "table3.csv")
     row = t3[(t3["series"] == "measured (cpu-2c)") & (t3["workload"] == "tau2") & (t3["engine"] == "stock")]
     assert row["saved_pct"].iloc[0] == pytest.approx(40.0)
     assert (t3["series"] == "measured (h200, reference)").any()
+    pred = pd.read_csv(tmp_path / "tables" / "predicted.csv")
+    assert pred[pred["series"] == "simulated (test calibration)"]["predicted_ms"].notna().sum() == 2
     cal = pd.read_csv(tmp_path / "tables" / "calibration.csv").set_index("series")
     assert cal.loc["measured (test)", "beta_ms"] == 0.1 and np.isfinite(cal.loc["paper", "beta_ms"])

@@ -31,7 +31,8 @@ def test_default_dag_reaches_every_stage(tmp_path):
     for rule in ("build_engine", "synth_model", "get_traces", "split_sessions", "build_sessions", "replay",
                  "summarize_replay", "render_replay_summary", "render_table2", "make_routing", "render_routing_stats",
                  "simulate", "compute_limit", "render_sim_validation", "calibrate", "sweep_prefill", "render_fig7b",
-                 "check_memory_model", "capacity_replay_model", "render_result", "render_calibration"):
+                 "check_memory_model", "capacity_replay_model", "render_result", "render_calibration",
+                 "render_predicted"):
         assert rule in proc.stdout, rule
 
 

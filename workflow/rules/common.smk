@@ -509,10 +509,32 @@ def calibration_inputs():
         [figures_cfg("reference_fit")] if figures_cfg("reference_fit") else [])
 
 
+def predicted_sources():
+    """(fit, sweep directory, machine label) of each machine the predicted-against-measured notebook shows."""
+    out = [("results/calibrate/fit.json", "results/sweep", "")] if "calibrate" in config and "sweep" in config else []
+    if figures_cfg("reference_fit") and figures_cfg("reference_sweep"):
+        out.append((figures_cfg("reference_fit"), figures_cfg("reference_sweep"),
+                    f"{figures_cfg('reference_machine', 'reference')}, reference"))
+    return out
+
+
+def predicted_params():
+    """`ostinato figures params` options of the predicted-against-measured notebook."""
+    src = predicted_sources()
+    return (f"--set 'fits={yaml_list(f for f, _, _ in src)}' --set 'sweeps={yaml_list(d for _, d, _ in src)}' "
+            f"--set 'machines={json.dumps([m for _, _, m in src])}' --set 'machine={MACHINE}' "
+            "--set figures_dir=figures --set tables_dir=tables --set output_stem=predicted")
+
+
+def predicted_inputs():
+    return [p for f, d, _ in predicted_sources() for p in (f, f"{d}/summary.json", f"{d}/cold.json")]
+
+
 def result_targets():
     """The result notebooks' figures and tables (to add to `rule all`)."""
     out = [f"{d}/{r}.{x}" for r in RESULT_NOTEBOOKS for d, x in (("figures", "pdf"), ("figures", "png"),
                                                                    ("tables", "csv"), ("tables", "md"))]
-    if calibration_inputs():
-        out += ["figures/calibration.pdf", "figures/calibration.png", "tables/calibration.csv", "tables/calibration.md"]
+    for name, needed in (("calibration", calibration_inputs()), ("predicted", predicted_sources())):
+        if needed:
+            out += [f"figures/{name}.pdf", f"figures/{name}.png", f"tables/{name}.csv", f"tables/{name}.md"]
     return out

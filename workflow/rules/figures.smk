@@ -106,3 +106,35 @@ rule render_calibration:
         "../../environment.yml"
     shell:
         "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"
+
+
+rule write_predicted_params:
+    output:
+        "results/figures/predicted.params.yaml",
+    log:
+        "results/figures/write_predicted_params.log",
+    conda:
+        "../../environment.yml"
+    params:
+        opts=predicted_params(),
+    shell:
+        "ostinato figures params --out {output} {params.opts} > {log} 2>&1"
+
+
+rule render_predicted:
+    input:
+        notebook="notebooks/predicted.ipynb",
+        params="results/figures/predicted.params.yaml",
+        data=predicted_inputs(),
+    output:
+        notebook="results/figures/predicted.ipynb",
+        pdf="figures/predicted.pdf",
+        png="figures/predicted.png",
+        csv="tables/predicted.csv",
+        md="tables/predicted.md",
+    log:
+        "results/figures/predicted.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"

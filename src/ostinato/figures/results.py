@@ -251,3 +251,49 @@ def paper_ablation(table8_csv: str | Path, panel: str = "b") -> pd.DataFrame:
     for c in ("total", "prefill", "decode"):
         out[f"{c}_rel_step1"] = p[f"{c}_s"] / base[f"{c}_s"]
     return out.reset_index(drop=True)
+
+
+def predict_sweep(fit: dict, summary: dict, cold: dict, engine: str = "ostinato") -> pd.DataFrame:
+    """Predicted against measured: the cost model with a machine's calibration (`ostinato bench calibrate`'s
+    `fit.json`) predicts the Figure 7b sweep on that machine (`ostinato bench prefill`'s `summary.json` and
+    `cold.json`, forced routing) for the target engine.
+
+    Split path (passes below Np): base(n) + L·(c_layer + c_route·n·m), with base(n) the fitted r = 0 line, L the
+    MoE layers and m the sweep's mean cold routes per token and layer in prefill. Decode: TPOT(0) +
+    L·(β·µ + (α − γ0)·q) with µ the mean cold routes per token and layer; q (the probability of any cold route)
+    is not recorded, so the prediction is the interval over µ/k ≤ q ≤ min(1, µ). Upload-path sizes have no
+    prediction (the sweep does not record how many distinct experts each pass uploads).
+    """
+    meta = summary.get("meta", {})
+    np_min = int(meta.get("np_min", 512))
+    c = cold.get("placements", {}).get(engine) or meta.get("cold", {}).get(engine)
+    if c is None:
+        raise ValueError(f"cold routes of engine {engine!r} not in cold.json (engines: {list(cold.get('placements', {}))})")
+    n_layer, k = int(fit["n_moe_layer"]), int(fit["k"])
+    rows = []
+    for r in summary["rows"]:
+        if r["engine"] != engine:
+            continue
+        if r["kind"] == "prefill":
+            n = int(r["n_new"])
+            row = {"kind": "prefill", "n_new": n, "measured_ms": 1e3 * float(r["median_s"]),
+                   "path": "split" if n < np_min else "upload"}
+            if n < np_min:
+                pred = (fit["prefill_pass_ms"] + fit["prefill_token_ms"] * n
+                        + n_layer * (fit["cpu_layer_ms"] + fit["cpu_route_ms"] * n * float(c["prefill"])))
+                row.update(predicted_ms=pred, predicted_low_ms=pred, predicted_high_ms=pred)
+            rows.append(row)
+        elif r["kind"] == "decode":
+            mu = float(c["decode"])
+            tp0 = float(fit["tpot_ms"].get("0", fit["tpot_ms"].get(0)))
+            lo = tp0 + n_layer * (fit["beta_ms"] * mu + fit["alpha_minus_gamma0_ms"] * mu / k)
+            hi = tp0 + n_layer * (fit["beta_ms"] * mu + fit["alpha_minus_gamma0_ms"] * min(1.0, mu))
+            lo, hi = min(lo, hi), max(lo, hi)
+            rows.append({"kind": "decode", "n_new": np.nan, "path": "decode", "measured_ms": 1e3 * float(r["median_s"]),
+                         "predicted_ms": (lo + hi) / 2, "predicted_low_ms": lo, "predicted_high_ms": hi})
+    out = pd.DataFrame(rows, columns=["kind", "n_new", "path", "measured_ms", "predicted_ms", "predicted_low_ms",
+                                      "predicted_high_ms"])
+    out["error_pct"] = 100 * (out["predicted_ms"] / out["measured_ms"] - 1)
+    inside = (out["measured_ms"] >= out["predicted_low_ms"]) & (out["measured_ms"] <= out["predicted_high_ms"])
+    out["within_interval"] = inside.where(out["kind"] == "decode")  # only decode predicts an interval
+    return out
