@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ostinato.engines import OP_OFFLOAD_MIN_BATCH, ExpertBudget, expert_budget_from_gguf, preset
@@ -59,7 +61,7 @@ def test_budget_read_from_a_gguf(tiny_v4_model, llama_tree):
     assert expert_budget_from_gguf(tiny_v4_model, llama_tree, budget.layer_bytes[0] * 3).layers_on_gpu() == 3
 
 
-def test_replay_run_preset_flags(tiny_v4_model, llama_tree):
+def test_replay_run_preset_flags(tiny_v4_model, llama_tree, tmp_path):
     import argparse
 
     from ostinato.replay.cli import _engine_preset
@@ -83,3 +85,13 @@ def test_replay_run_preset_flags(tiny_v4_model, llama_tree):
         _engine_preset(argparse.Namespace(**{**vars(half), "expert_fraction": 1.5}))
     with pytest.raises(ValueError, match="--expert-fraction needs --preset"):
         _engine_preset(argparse.Namespace(**{**vars(half), "preset": None}))
+    # the budget from a capacity test: room for 3 of the 4 layers' experts
+    cap = tmp_path / "capacity.json"
+    cap.write_text(json.dumps({"layer_gpu": [0] * 5, "terms": [], "pool_bytes": [3 * 16 * 64 * 64 * 4 * 3],
+                               "slots": [192], "expert_bytes": [64 * 64 * 4 * 3] * 4, "notes": []}))
+    by_cap = argparse.Namespace(**{**vars(half), "expert_fraction": None, "expert_capacity": cap})
+    assert _engine_preset(by_cap).server_args == ("-ngl", "99", "--n-cpu-moe", "1")
+    with pytest.raises(FileNotFoundError, match="--expert-capacity"):
+        _engine_preset(argparse.Namespace(**{**vars(by_cap), "expert_capacity": cap.with_name("none.json")}))
+    with pytest.raises(ValueError, match="--expert-fraction, --expert-capacity: each sets the budget"):
+        _engine_preset(argparse.Namespace(**{**vars(by_cap), "expert_fraction": 0.5}))

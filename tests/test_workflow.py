@@ -129,3 +129,16 @@ def test_gpu_config_dag_and_result_sources(tmp_path):
                       "--configfile", str(qwen))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "measured_sessions=[results/replay/sessions.csv]" in proc.stdout
+
+
+def test_capacity_budget_sizes_the_pool_and_every_preset(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["replay"]["residency"]["budget"] = "capacity"
+    path = tmp_path / "capacity.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("results/replay/swe-few/llama.cpp-layers.sessions.csv", "results/plan/replay/tiny-v4.plan.json",
+                      "-n", "-p", "--forceall", "--cores", "1", "--configfile", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--capacity results/plan/memory/tiny-v4.capacity.json" in proc.stdout
+    assert "--expert-capacity results/plan/memory/tiny-v4.capacity.json" in proc.stdout
+    assert "--resident-share" not in proc.stdout and "--expert-fraction" not in proc.stdout

@@ -36,6 +36,8 @@ def check_replay_config():
         if e.get("api", "llama") == "openai" and not e.get("url"):
             raise ValueError(f"config replay.engines.{name}: api openai needs url (an engine running elsewhere)")
     uses_plan = any(e.get("preset") == "ostinato" for e in r["engines"].values())
+    if r.get("residency", {}).get("budget") == "capacity" and "memory" not in config:
+        raise ValueError("config replay.residency.budget: 'capacity' needs the memory section (the capacity test)")
     if uses_plan and "residency" not in r:
         raise ValueError("config replay.engines: the 'ostinato' preset needs replay.residency (its development set)")
     if "residency" in r and r["residency"]["dev_set"] not in config["sessions"]["sets"]:
@@ -90,6 +92,15 @@ def server_args(engine):
     return " ".join(f"--server-arg={a}" for a in args)
 
 
+def replay_capacity():
+    """The capacity test's result that sizes the pool and every preset's budget (`replay.residency.budget:
+    capacity`), else ""."""
+    rsd = config["replay"].get("residency", {})
+    if rsd.get("budget", "share") != "capacity":
+        return ""
+    return f"results/plan/memory/{config['replay']['model']}.capacity.json"
+
+
 def preset_opts(engine, input=None):
     """`ostinato replay run` preset options of one configured engine (its named configuration and the shared budget)."""
     name = config["replay"]["engines"][engine].get("preset")
@@ -100,6 +111,8 @@ def preset_opts(engine, input=None):
     opts = f"--preset {name} --llama-tree {ENGINE_DIR}/tree"
     if budget is not None:
         opts += f" --expert-budget-gib {budget}"
+    elif replay_capacity():  # every preset gets the pool the capacity test found room for
+        opts += f" --expert-capacity {replay_capacity()}"
     elif share is not None:  # every preset gets the GPU memory of the ostinato engine's pool
         opts += f" --expert-fraction {share}"
     if name == "ostinato":

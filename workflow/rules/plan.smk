@@ -68,6 +68,7 @@ rule plan_replay_residency:
         profile=lambda w: f"results/profile/{config['replay']['residency']['dev_set']}.recorded.profile.json",
         model="models/{model}.gguf",
         tree=f"{ENGINE_DIR}/upstream/manifest.json",
+        capacity=lambda w: replay_capacity() or [],
     output:
         plan="results/plan/replay/{model}.plan.json",
         summary="results/plan/replay/{model}.summary.json",
@@ -78,11 +79,12 @@ rule plan_replay_residency:
     wildcard_constraints:
         model=name_pattern([config["replay"]["model"]]),
     params:
-        share=lambda w: config["replay"].get("residency", {}).get("resident_share", 0.5),
+        size=lambda w, input: (f"--capacity {input.capacity}" if input.capacity else
+                               f"--resident-share {config['replay'].get('residency', {}).get('resident_share', 0.5)}"),
         tree=f"{ENGINE_DIR}/tree",
     shell:
         "ostinato residency plan --profile {input.profile} --gguf {input.model} --llama-tree {params.tree} "
-        "--resident-share {params.share} --model-name {wildcards.model} --out {output.plan} "
+        "{params.size} --model-name {wildcards.model} --out {output.plan} "
         "--summary {output.summary} > {log} 2>&1"
 
 

@@ -60,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--expert-fraction", type=float, default=None,
                    help="with --preset, instead of --expert-budget-gib: GPU memory for routed experts as a share of all "
                         "their bytes (e.g. the share the ostinato engine's pool holds)")
+    r.add_argument("--expert-capacity", type=Path, default=None,
+                   help="with --preset, instead of --expert-budget-gib: the pool bytes of a capacity test's JSON "
+                        "(`ostinato residency capacity`), summed over its GPUs")
     r.add_argument("--llama-tree", type=Path, default=None,
                    help="with --preset: the pinned llama.cpp tree, whose gguf-py reads the model's expert sizes")
     r.add_argument("--residency-plan", default=None, help="with --preset ostinato: the residency plan file")
@@ -105,15 +108,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _engine_preset(args: argparse.Namespace) -> EngineConfig:
     """The named configuration of --preset for this model and budget (no flags without --preset)."""
     fraction = getattr(args, "expert_fraction", None)
+    capacity = getattr(args, "expert_capacity", None)
+    given = [f for f, v in (("--expert-budget-gib", args.expert_budget_gib), ("--expert-fraction", fraction),
+                            ("--expert-capacity", capacity)) if v is not None]
     if args.preset is None:
-        if args.expert_budget_gib is not None or fraction is not None:
-            raise ValueError(f"{'--expert-budget-gib' if fraction is None else '--expert-fraction'} needs --preset")
+        if given:
+            raise ValueError(f"{given[0]} needs --preset")
         return EngineConfig(args.engine_name, "")
     if args.llama_tree is None:
         raise ValueError("--preset needs --llama-tree (the pinned llama.cpp tree whose gguf-py reads the model)")
-    if fraction is not None:
-        if args.expert_budget_gib is not None:
-            raise ValueError("--expert-fraction and --expert-budget-gib both set the budget: give one")
+    if len(given) > 1:
+        raise ValueError(f"{', '.join(given)}: each sets the budget; give one")
+    if capacity is not None:
+        from ostinato.residency.capacity import Capacity
+
+        if not Path(capacity).is_file():
+            raise FileNotFoundError(f"--expert-capacity {capacity}: not found (`ostinato residency capacity --out`)")
+        pool = Capacity.from_json(Path(capacity).read_text(encoding="utf-8")).pool_bytes
+        full = expert_budget_from_gguf(args.model, args.llama_tree, None)
+        budget = ExpertBudget(full.layer_bytes, int(sum(pool)))
+    elif fraction is not None:
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"--expert-fraction {fraction}: expected a share in [0, 1]")
         full = expert_budget_from_gguf(args.model, args.llama_tree, None)
