@@ -7,7 +7,7 @@ rule calibrate:
     input:
         server=engine_bin("ostinato"),
         model=f"models/{config['replay']['model']}.gguf",
-        tree=f"{ENGINE_DIR}/upstream/manifest.json",
+        tree=f"{ENGINE_DIR}/stock/manifest.json",
     output:
         profile="results/calibrate/profile.yaml",
         sim_params="results/calibrate/sim-params.yaml",

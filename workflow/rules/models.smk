@@ -3,7 +3,7 @@
 
 rule synth_model:
     input:
-        engine=f"{ENGINE_DIR}/upstream/manifest.json",
+        engine=f"{ENGINE_DIR}/stock/manifest.json",
     output:
         "models/{model}.gguf",
     log:

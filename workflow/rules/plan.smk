@@ -67,7 +67,7 @@ rule plan_replay_residency:
     input:
         profile=lambda w: f"results/profile/{config['replay']['residency']['dev_set']}.recorded.profile.json",
         model="models/{model}.gguf",
-        tree=f"{ENGINE_DIR}/upstream/manifest.json",
+        tree=f"{ENGINE_DIR}/stock/manifest.json",
         capacity=lambda w: replay_capacity() or [],
     output:
         plan="results/plan/replay/{model}.plan.json",
@@ -92,7 +92,7 @@ rule check_memory_model:
     input:
         server=engine_bin("stock"),
         model="models/{model}.gguf",
-        tree=f"{ENGINE_DIR}/upstream/manifest.json",
+        tree=f"{ENGINE_DIR}/stock/manifest.json",
     output:
         memory="results/plan/memory/{model}.memory.yaml",
         report="results/plan/memory/{model}.check.json",

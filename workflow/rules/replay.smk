@@ -8,7 +8,7 @@ rule replay:
         sessions="results/sessions/{set}.jsonl",
         routing=lambda w: f"results/routing/{w.set}" if config["replay"].get("routing_force") else [],
         plan=lambda w: replay_plan(w.engine),
-        capacity=lambda w: replay_capacity() if config["replay"]["engines"][w.engine].get("preset") else [],
+        capacity=lambda w: (replay_capacity() or []) if config["replay"]["engines"][w.engine].get("preset") else [],
     output:
         sessions="results/replay/{set}/{engine}.sessions.csv",
         requests="results/replay/{set}/{engine}.requests.csv",

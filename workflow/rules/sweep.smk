@@ -9,7 +9,7 @@ rule sweep_prefill:
         stock=engine_bin("stock"),
         ostinato=engine_bin("ostinato"),
         model=f"models/{config['replay']['model']}.gguf",
-        tree=f"{ENGINE_DIR}/upstream/manifest.json",
+        tree=f"{ENGINE_DIR}/stock/manifest.json",
     output:
         rows="results/sweep/rows.csv",
         summary="results/sweep/summary.json",

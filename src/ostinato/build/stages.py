@@ -152,10 +152,11 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
     log.parent.mkdir(parents=True, exist_ok=True)
     last = max(STAGES.index(v) for v in req.variants)
     wanted = STAGES[: last + 1]
+    built = set(req.variants)  # earlier stages not asked for are applied to the tree but not compiled
 
     result: dict[str, VariantManifest] = {}
-    if all(is_current(req, v) for v in wanted):
-        return {v: read_manifest(req.out, v) for v in wanted}  # type: ignore[misc]
+    if all(is_current(req, v) for v in built):
+        return {v: read_manifest(req.out, v) for v in wanted if v in built}  # type: ignore[misc]
 
     tree = req.out / "tree"
     if not has_tree(tree):
@@ -173,6 +174,20 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
         if is_current(req, stage) and git(tree, "tag", "-l", tag).strip() == tag:
             progress(f"[engine] {stage}: up to date")
             result[stage] = read_manifest(req.out, stage)  # type: ignore[assignment]
+            base = tag
+            continue
+        if stage not in built:
+            # a stage under the requested ones: its patches go on the tree (tagged), nothing is compiled
+            # (an annotated tag whose message is the stage's fingerprint, so a changed patch re-applies it)
+            git(tree, "am", "--abort", check=False)
+            fp = variant_fingerprint(req, stage)
+            if git(tree, "tag", "-l", "--format=%(contents)", tag).strip() != fp:
+                progress(f"[engine] {stage}: applying {len(stage_patches(engine, stage))} patch(es) on {base} "
+                         "(not built)")
+                git(tree, "checkout", "-q", "-f", "--detach", base)
+                git(tree, "clean", "-q", "-fd")
+                apply_stage(tree, engine, stage)
+                git(tree, "tag", "-f", "-a", tag, "-m", fp)
             base = tag
             continue
         t0 = time.monotonic()
