@@ -71,7 +71,10 @@ paper_changes = (pab.assign(phase=pab["metric"].str.replace("_change", ""))
 paper_changes.columns = [f"{p}_change_{'pct' if v == 'value' else v.replace('value_', '') + '_pct'}"
                          for v, p in paper_changes.columns]
 paper_changes = paper_changes.reset_index().assign(series=R.PAPER)
-table = pd.concat([paper_changes, changes], ignore_index=True)
+table = pd.concat([paper_changes, changes], ignore_index=True).reindex(columns=[
+    "series", "workload", "engine", "reference_engine", "prefill_change_pct", "prefill_change_low_pct",
+    "prefill_change_high_pct", "decode_change_pct", "decode_change_low_pct", "decode_change_high_pct",
+    "total_change_pct"])
 print("wrote", *save_table(table, Path(tables_dir) / output_stem))
 table
 
