@@ -507,19 +507,23 @@ def result_params(result):
                             "--set figures_dir=figures --set tables_dir=tables", f"--set output_stem={result}"])
 
 
+def calibration_sources():
+    """(fit, machine label) of each calibration the calibration notebook shows: this run's, then the reference."""
+    out = [("results/calibrate/fit.json", "")] if "calibrate" in config else []
+    if figures_cfg("reference_fit"):
+        out.append((figures_cfg("reference_fit"), f"{figures_cfg('reference_machine', 'reference')}, reference"))
+    return out
+
+
 def calibration_params():
-    """`ostinato figures params` options of the calibration notebook: this run's fit and the reference fit."""
-    fits = (["results/calibrate/fit.json"] if "calibrate" in config else []) + (
-        [figures_cfg("reference_fit")] if figures_cfg("reference_fit") else [])
-    series = ([""] if "calibrate" in config else []) + (
-        [f"{figures_cfg('reference_machine', 'reference')}, reference"] if figures_cfg("reference_fit") else [])
-    return (f"--set 'fits={yaml_list(fits)}' --set 'series={json.dumps(series)}' --set 'machine={MACHINE}' "
-            "--set figures_dir=figures --set tables_dir=tables --set output_stem=calibration")
+    """`ostinato figures params` options of the calibration notebook."""
+    src = calibration_sources()
+    return (f"--set 'fits={yaml_list(f for f, _ in src)}' --set 'series={json.dumps([m for _, m in src])}' "
+            f"--set 'machine={MACHINE}' --set figures_dir=figures --set tables_dir=tables --set output_stem=calibration")
 
 
 def calibration_inputs():
-    return (["results/calibrate/fit.json"] if "calibrate" in config else []) + (
-        [figures_cfg("reference_fit")] if figures_cfg("reference_fit") else [])
+    return [f for f, _ in calibration_sources()]
 
 
 def predicted_sources():

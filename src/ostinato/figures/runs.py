@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ostinato.figures.style import series_label
+from ostinato.replay.metrics import _as_bool, workload_of
 
 SESSION_COLUMNS = ["series", "engine", "workload", "session", "ok", "total_s", "prefill_s", "decode_s"]
 REQUEST_COLUMNS = ["series", "engine", "workload", "session", "turn", "kind", "n_new", "n_output", "context",
@@ -49,7 +50,7 @@ class Runs:
 
 def paper_workload(session: str) -> str:
     """The paper's workload of a session id (`tau2/airline/3` -> `tau2`, `swe-mini/django-1` -> `SWE`)."""
-    prefix = session.split("/", 1)[0] if "/" in session else ""
+    prefix = workload_of(session)
     return WORKLOAD_OF_SOURCE.get(prefix, prefix or "all")
 
 
@@ -71,10 +72,6 @@ def _read(paths: list[Path], what: str, required: set[str]) -> pd.DataFrame:
             raise ValueError(f"{what}: {p} lacks columns {sorted(missing)}")
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=sorted(required))
-
-
-def _as_bool(s: pd.Series) -> pd.Series:
-    return s.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
 
 
 def _context(req: pd.DataFrame) -> pd.Series:
