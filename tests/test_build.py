@@ -128,3 +128,23 @@ def test_op_tests_only_when_asked_and_same_fingerprint(tmp_path):
         "targets": ["llama-server", "llama-bench"], "build_seconds": 0.0, "built_at": ""}))
     assert is_current(plain, "ostinato")
     assert not is_current(with_tests, "ostinato")
+
+
+def test_an_edit_during_the_build_is_refused(tmp_path):
+    """engine/src enters at the stock stage: an edit while stock compiles must not leave ostinato built on the old
+    tree under a manifest of the new inputs (found when engine/src was exported during a build)."""
+    import shutil
+
+    from ostinato.build.backend import resolve_backend
+    from ostinato.build.stages import BuildRequest, check_inputs_unchanged, variant_fingerprint
+
+    repo = tmp_path / "repo"
+    shutil.copytree(ENGINE, repo / "engine")
+    req = BuildRequest(repo=repo, out=tmp_path / "out", backend=resolve_backend("cpu"))
+    made_from = {s: variant_fingerprint(req, s) for s in ("upstream", "stock")}
+    check_inputs_unchanged(req, made_from)  # nothing changed
+    src = repo / "engine" / "src" / "src" / "llama-residency.cpp"
+    src.write_text(src.read_text() + "\n// edited\n")
+    assert variant_fingerprint(req, "upstream") == made_from["upstream"]  # upstream has no engine/src
+    with pytest.raises(RuntimeError, match="inputs for stage 'stock'.*changed during the build"):
+        check_inputs_unchanged(req, made_from)

@@ -169,11 +169,13 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
     env = {**os.environ, **req.backend.env}
 
     base = UPSTREAM_TAG
+    made_from: dict[str, str] = {}  # stage -> the fingerprint of the inputs its tree was made from
     for stage in wanted:
         tag = f"stage/{stage}"
         if is_current(req, stage) and git(tree, "tag", "-l", tag).strip() == tag:
             progress(f"[engine] {stage}: up to date")
             result[stage] = read_manifest(req.out, stage)  # type: ignore[assignment]
+            made_from[stage] = result[stage].fingerprint
             base = tag
             continue
         if stage not in built:
@@ -188,11 +190,13 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
                 git(tree, "clean", "-q", "-fd")
                 apply_stage(tree, engine, stage)
                 git(tree, "tag", "-f", "-a", tag, "-m", fp)
+            made_from[stage] = fp
             base = tag
             continue
         t0 = time.monotonic()
         # taken before the stage's inputs are read: an edit during the build makes the next build redo the stage
         fp = variant_fingerprint(req, stage)
+        check_inputs_unchanged(req, made_from)  # the earlier stages' trees still match the inputs fp covers
         git(tree, "am", "--abort", check=False)
         old = read_manifest(req.out, stage)
         head = git(tree, "rev-parse", "HEAD").strip()
@@ -218,6 +222,8 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
         progress(f"[engine] {stage}: building {', '.join(targets)} ({req.backend.name}, {req.jobs} jobs)")
         _run(["cmake", "--build", str(bdir), "-j", str(req.jobs), "--target", *targets], log, env=env)
         _install(bdir / "bin", req.out / stage / "bin", targets)
+        made_from[stage] = fp
+        check_inputs_unchanged(req, made_from)  # no manifest for binaries of inputs that changed while compiling
         m = VariantManifest(
             variant=stage, backend=req.backend.name, backend_reason=req.backend.reason,
             fingerprint=fp, build_number=pin.build_number,
@@ -231,6 +237,16 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
         result[stage] = m
         base = tag
     return result
+
+
+def check_inputs_unchanged(req: BuildRequest, made_from: dict[str, str]) -> None:
+    """Refuse to go on when engine/ changed during the build: a later stage would otherwise be built on an earlier
+    stage's tree made from the old inputs (engine/src enters at the stock stage) under a manifest that claims the
+    new ones, and later builds would take the stale binaries as current."""
+    for stage, fp in made_from.items():
+        if variant_fingerprint(req, stage) != fp:
+            raise RuntimeError(f"the engine's inputs for stage {stage!r} (engine/pin.json, engine/patches, engine/src) "
+                               f"changed during the build; run `ostinato engine build` again")
 
 
 def _cached_args(bdir: Path) -> list[str] | None:
