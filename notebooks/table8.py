@@ -13,6 +13,7 @@
 #     name: python3
 # ---
 
+# %%
 
 # %% [markdown]
 # # Table 8 and Figure 8: the ablation
@@ -21,10 +22,13 @@
 # experts with native prefill, + overlapped branches, + 5,702 experts and the prefill paths, and the full decode
 # path) beside every series that has engines standing for its steps: the simulator's policies (`llama-layers` 1,
 # `llama-expert-cache` 2, `resident-native-inturn` 3, `resident-native` 4, `ostinato` 5) and this run's replayed
-# engines where their names are those steps (`llama.cpp-layers` 1, `ostinato` 5; the engine has no flags for the
-# intermediate steps). Each step's total, prefill and decode time relative to step 1 of its own series. The
-# paper's screening panel (a) and decode-step panel (c) are listed as the paper gives them. Writes
-# `tables/<stem>.{csv,md}` (panel b), `tables/<stem>_paper_ac.{csv,md}` and `figures/<stem>.{pdf,png}`.
+# engines where their names are those steps (`llama.cpp-layers` 1, `ostinato-native-prefill` 3: resident experts
+# with llama.cpp's native prefill, its two branches in turn; `ostinato` 5; the engine has no expert cache and no
+# overlapped branches, steps 2 and 4). Each step's total, prefill and decode time relative to step 1 of its own
+# series. Then what the size-dependent prefill paths change on their own (the paper's screening panel, steps 3 → 4:
+# prefill −47% with decode unchanged) for every series that has both configurations. The paper's screening panel
+# (a) and decode-step panel (c) are listed as the paper gives them. Writes `tables/<stem>.{csv,md}` (panel b),
+# `tables/<stem>_prefill_paths.{csv,md}`, `tables/<stem>_paper_ac.{csv,md}` and `figures/<stem>.{pdf,png}`.
 
 # %% tags=["parameters"]
 measured_sessions = ["results/replay/sessions.csv"]  # per-session CSVs of `ostinato replay summarize`; [] = none
@@ -39,8 +43,8 @@ n_resamples = 9999  # bootstrap resamples of the saved share's 95% CI
 ci_seed = 0
 figures_dir = "figures"
 tables_dir = "tables"
-reference_runs = ["data/reference/h200/compare/run1", "data/reference/h200/compare/run2",
-                  "data/reference/h200/compare/run3"]  # shipped replays of another machine (repeated runs); [] = none
+reference_runs = ["data/reference/h200/ablation/run1", "data/reference/h200/ablation/run2",
+                  "data/reference/h200/ablation/run3"]  # shipped ablation replays of another machine; [] = none
 reference_machine = "h200"
 output_stem = "table8"
 
@@ -69,6 +73,16 @@ print("wrote", *save_table(table, Path(tables_dir) / output_stem))
 t8 = pd.read_csv(paper / "table8_ablation.csv")
 print("wrote", *save_table(t8[t8["panel"].isin(["a", "c"])], Path(tables_dir) / f"{output_stem}_paper_ac"))
 table
+
+# %% [markdown]
+# ## The prefill paths on their own (Table 8a, steps 3 → 4)
+# The same resident experts with llama.cpp's native prefill against the split and upload paths: the change of
+# prefill, decode and total time, and the share of total time the paths save with its 95% CI over sessions.
+
+# %%
+paths = R.prefill_paths(compared, paper / "table8_ablation.csv")
+print("wrote", *save_table(paths, Path(tables_dir) / f"{output_stem}_prefill_paths"))
+paths
 
 # %% [markdown]
 # ## Figure 8: prefill and decode per step, relative to layer placement

@@ -38,6 +38,16 @@ def test_ostinato_preset_loads_the_plan():
         preset("ostinato", budget)
 
 
+def test_native_prefill_preset_is_the_ablation_step():
+    # the same pool, but prefill as llama.cpp does it (with its op offload from 512 tokens); Np does not apply
+    cfg = preset("ostinato-native-prefill", ExpertBudget((V4_LAYER,) * 8, 14 * GIB), plan="p.json", upload_min=256)
+    assert cfg.variant == "ostinato"
+    assert cfg.server_args == ("-ngl", "99", "--residency-plan", "p.json", "--residency-prefill", "native")
+    assert cfg.env == {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)}
+    with pytest.raises(ValueError, match="'ostinato-native-prefill' needs a residency plan"):
+        preset("ostinato-native-prefill", ExpertBudget((100,) * 4))
+
+
 def test_cpu_and_gpu_experts_presets():
     budget = ExpertBudget((100,) * 4)
     assert "--cpu-moe" in preset("llama.cpp-cpu-experts", budget).server_args

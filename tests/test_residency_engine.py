@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -66,20 +67,24 @@ def model_case(request, engine_variants, tiny_model, tiny_v4_model, llama_tree, 
     return model, shape, trace, ref, tmp
 
 
-@pytest.mark.parametrize("np_min,path", [(4096, "split"), (8, "upload")])
+@pytest.mark.parametrize("np_min,path", [(4096, "split"), (8, "upload"), (8, "native")])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_pools_match_stock(engine_variants, model_case, np_min, path, seed):
     model, shape, trace, ref, tmp = model_case
     plan = tmp / f"plan-{seed}.json"
     write_plan(plan, single_gpu_plan(shape, _random_plan(shape, seed)))
     name = f"ost-{path}-{seed}"
+    native = ("--residency-prefill", "native") if path == "native" else ()
     with _server(engine_variants["ostinato"], model, tmp, name, "--residency-plan", str(plan),
-                 "--residency-upload-min", str(np_min)) as srv:
+                 "--residency-upload-min", str(np_min), *native) as srv:
         out = _complete(srv, trace)
         log = srv.log_tail(200000)
     assert "resident experts over" in log and "take the split path" in log
-    # the prompt (54 tokens) takes the upload path only when Np is small; decode always splits
+    # the prompt (54 tokens) takes the upload path only when Np is small; decode always splits. With native
+    # prefill (the ablation) the prompt computes as stock, whatever Np, and never uploads
     assert ("upload pass of" in log) == (path == "upload")
+    # (the server may prefill the prompt in more than one pass, e.g. before a context checkpoint)
+    assert bool(re.search(r"native prefill graph of \d+ tokens", log)) == (path == "native")
     assert out["tokens"] == ref["tokens"]
     # CPU build: both engines compute every expert with the same CPU kernels. CUDA build: stock computes the
     # experts on the GPU, ostinato its cold routes on the CPU, so the arithmetic differs in order
@@ -97,6 +102,13 @@ def test_forced_tokens_come_back_with_a_plan(engine_variants, model_case):
                      "--residency-upload-min", str(np_min)) as srv:
             out = _complete(srv, trace, forced_tokens=forced)
         assert out["tokens"] == forced
+
+
+def test_native_prefill_flag_is_checked(engine_variants, tiny_model, tmp_path):
+    srv = _server(engine_variants["ostinato"], tiny_model, tmp_path, "bad-prefill", "--residency-prefill", "fast")
+    with pytest.raises(ServerError):
+        srv.start()
+    assert "--residency-prefill must be 'paths' or 'native', got 'fast'" in (tmp_path / "server-bad-prefill.log").read_text()
 
 
 def _bad_start(engine_variants, model: Path, tmp: Path, plan: Path, name: str) -> str:

@@ -148,6 +148,33 @@ def test_speedups_savings_phases_tpot_ablation(tmp_path):
     assert set(k["kind"]) == {"first", "tool", "user"}
 
 
+def test_measured_ablation_steps_and_prefill_paths(tmp_path):
+    # three replayed engines standing for Table 8's steps 1, 3 and 5; the paths halve the native prefill
+    scale = {"llama.cpp-layers": 1.0, "ostinato-native-prefill": 0.9, "ostinato": 0.6}
+    runs = combine(load_measured(*write_replay(tmp_path, scale=scale)), load_simulated(*write_sim(tmp_path), profile="p"))
+    t = R.compare(runs, R.CompareOptions(n_resamples=199))
+    ab = R.ablation(t)
+    m = ab[(ab["series"] == "measured (cpu-2c)") & (ab["workload"] == "SWE")].set_index("step")
+    assert list(m.index) == [1, 3, 5] and m.loc[3, "engine"] == "ostinato-native-prefill"
+    assert m.loc[3, "total_rel_step1"] == pytest.approx(0.9) and m.loc[5, "prefill_rel_step1"] == pytest.approx(0.6)
+    pp = R.prefill_paths(t, PAPER / "table8_ablation.csv")
+    paper = pp[pp["series"] == "paper"].iloc[0]
+    assert paper["prefill_change_pct"] == pytest.approx(100 * (150.8 / 284.8 - 1))
+    assert paper["decode_change_pct"] == pytest.approx(100 * (295.8 / 295.2 - 1))
+    meas = pp[pp["series"] == "measured (cpu-2c)"].set_index("workload")
+    assert set(meas.index) == {"SWE", "tau2"} and (meas["native"] == "ostinato-native-prefill").all()
+    assert meas.loc["SWE", "prefill_change_pct"] == pytest.approx(100 * (0.6 / 0.9 - 1))
+    # ostinato saves 1 - 0.6 / 0.9 of the native-prefill engine's time in every session: the CI is that point
+    assert meas.loc["SWE", "saved_pct"] == pytest.approx(100 / 3)
+    assert meas.loc["SWE", "saved_ci_low_pct"] <= 100 / 3 + 1e-9 <= meas.loc["SWE", "saved_ci_high_pct"] + 1e-9
+    sim = pp[pp["series"] == "simulated (p)"].iloc[0]
+    assert sim["native"] == "resident-native" and sim["prefill_change_pct"] == pytest.approx(100 * (0.5 / 0.8 - 1))
+    # a series without the native configuration has no row
+    only = R.prefill_paths(R.compare(load_measured(*write_replay(tmp_path, stem="b")), R.CompareOptions(n_resamples=199)),
+                           PAPER / "table8_ablation.csv")
+    assert list(only["series"]) == ["paper"]
+
+
 # a calibration fit and a sweep of the same made-up machine (2 MoE layers, top-4)
 FIT = {"n_moe_layer": 2, "k": 4, "tpot_ms": {"0": 5.0, "1": 5.5}, "beta_ms": 0.2, "alpha_minus_gamma0_ms": 0.05,
        "decode_fit_residual_ms": 0.0, "prefill_pass_ms": 10.0, "prefill_token_ms": 0.1, "cpu_layer_ms": 1.0,

@@ -94,12 +94,28 @@ def _ostinato(budget: ExpertBudget, plan: str | None, upload_min: int) -> Engine
             f"{upload_min} tokens compute cold routes on the CPU, longer ones upload each cold expert once")
 
 
+def _ostinato_native_prefill(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    """Table 8's ablation step "resident experts, native prefill": the pools serve decode only."""
+    if not plan:
+        raise ValueError("engine preset 'ostinato-native-prefill' needs a residency plan file (plan=...)")
+    return EngineConfig(
+        "ostinato-native-prefill", "ostinato",
+        ("-ngl", "99", "--residency-plan", str(plan), "--residency-prefill", "native"),
+        {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
+        f"the plan's experts resident on the GPU for single-token passes (cold routes on the CPU); prefill passes "
+        f"compute every route from host memory as llama.cpp does (on the CPU, or uploaded from "
+        f"{OP_OFFLOAD_MIN_BATCH} tokens)")
+
+
 PRESETS = {
     "llama.cpp-layers": _layers,
     "llama.cpp-cpu-experts": _cpu_experts,
     "llama.cpp-gpu-experts": _gpu_experts,
     "ostinato": _ostinato,
+    "ostinato-native-prefill": _ostinato_native_prefill,
 }
+# presets that take the residency plan (and Np)
+PLAN_PRESETS = ("ostinato", "ostinato-native-prefill")
 
 
 def preset(name: str, budget: ExpertBudget, variant: str | None = None,
@@ -107,10 +123,10 @@ def preset(name: str, budget: ExpertBudget, variant: str | None = None,
            plan: str | None = None, upload_min: int = 512) -> EngineConfig:
     """The named configuration for this budget; `variant`, extra flags and environment override or add.
 
-    `plan` and `upload_min` (Np) are used by the `ostinato` preset only.
+    `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato` only.
     """
     if name not in PRESETS:
         raise ValueError(f"engine preset {name!r}: expected one of {', '.join(PRESETS)}")
-    cfg = _ostinato(budget, plan, upload_min) if name == "ostinato" else PRESETS[name](budget)
+    cfg = PRESETS[name](budget, plan, upload_min) if name in PLAN_PRESETS else PRESETS[name](budget)
     return EngineConfig(cfg.name, variant or cfg.variant, cfg.server_args + tuple(extra_args),
                         {**cfg.env, **(extra_env or {})}, cfg.description)

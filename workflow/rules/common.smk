@@ -5,6 +5,7 @@ import socket
 from pathlib import Path
 
 from ostinato.build.backend import resolve_backend
+from ostinato.engines import PLAN_PRESETS
 
 BACKEND = resolve_backend(config["engine"]["backend"], config["engine"]["cuda_arch"] or None)
 ENGINE_DIR = f"build/engine/{BACKEND.name}"
@@ -35,11 +36,12 @@ def check_replay_config():
             raise ValueError(f"config replay.engines.{name}: replay.routing_force needs llama-server, not api openai")
         if e.get("api", "llama") == "openai" and not e.get("url"):
             raise ValueError(f"config replay.engines.{name}: api openai needs url (an engine running elsewhere)")
-    uses_plan = any(e.get("preset") == "ostinato" for e in r["engines"].values())
+    uses_plan = any(e.get("preset") in PLAN_PRESETS for e in r["engines"].values())
     if r.get("residency", {}).get("budget") == "capacity" and "memory" not in config:
         raise ValueError("config replay.residency.budget: 'capacity' needs the memory section (the capacity test)")
     if uses_plan and "residency" not in r:
-        raise ValueError("config replay.engines: the 'ostinato' preset needs replay.residency (its development set)")
+        raise ValueError(f"config replay.engines: the presets {', '.join(PLAN_PRESETS)} need replay.residency "
+                         f"(the development set that plans their pool)")
     if "residency" in r and r["residency"]["dev_set"] not in config["sessions"]["sets"]:
         raise ValueError(f"config replay.residency.dev_set: {r['residency']['dev_set']!r} is not a key of sessions.sets")
 
@@ -115,7 +117,7 @@ def preset_opts(engine, input=None):
         opts += f" --expert-capacity {replay_capacity()}"
     elif share is not None:  # every preset gets the GPU memory of the ostinato engine's pool
         opts += f" --expert-fraction {share}"
-    if name == "ostinato":
+    if name in PLAN_PRESETS:
         rsd = config["replay"]["residency"]
         opts += f" --residency-plan {input.plan} --residency-upload-min {rsd.get('upload_min', 512)}"
     return opts
@@ -141,8 +143,8 @@ def replay_reach(engine, input):
 
 
 def replay_plan(engine):
-    """The residency plan an engine loads (the `ostinato` preset), else nothing."""
-    if config["replay"]["engines"][engine].get("preset") != "ostinato":
+    """The residency plan an engine loads (the presets of PLAN_PRESETS), else nothing."""
+    if config["replay"]["engines"][engine].get("preset") not in PLAN_PRESETS:
         return []
     return f"results/plan/replay/{config['replay']['model']}.plan.json"
 
@@ -479,12 +481,13 @@ def replay_arch():
 
 
 def result_sources(result):
-    """The measured, simulated and reference inputs of one result notebook (Table 4: Qwen3-MoE series only)."""
+    """The measured, simulated and reference inputs of one result notebook (Table 4: Qwen3-MoE series only; Table 8:
+    the shipped ablation runs, which add the native-prefill engine)."""
     qwen = result == "table4"
     measured = [] if qwen and replay_arch() != "qwen3moe" else ["results/replay/sessions.csv"]
     sims = [] if qwen and not sim_cfg("model", "").startswith("qwen") else [
         s for s in sim_cfg("sets", []) if "plan" in config]
-    refs = [] if qwen else figures_cfg("reference_runs", [])
+    refs = [] if qwen else figures_cfg("reference_ablation_runs" if result == "table8" else "reference_runs", [])
     return {"measured_sessions": measured, "measured_requests": [p.replace("sessions.csv", "requests.csv") for p in measured],
             "sim_sessions": [f"results/sim/{s}/sessions.csv" for s in sims],
             "sim_requests": [f"results/sim/{s}/requests.csv" for s in sims], "reference_runs": refs}

@@ -36,6 +36,13 @@ extern "C" {
                     const char * path_plan,
                       uint32_t   n_upload_min);
 
+    // Ablation of the prefill paths: with native set, forward passes of more than one token compute as the stock
+    // engine does (every route from host memory: on the CPU, or uploaded by the backend's op offload), and only
+    // single-token passes use the pools (split path). Returns 0, or -1 if the model has no plan.
+    LLAMA_API int32_t llama_model_residency_set_prefill_native(
+            struct llama_model * model,
+                          bool   native);
+
     struct llama_residency_stats {
         int64_t  n_resident;       // experts in the pools
         uint64_t n_upload_pass;    // forward passes that took the upload path

@@ -355,7 +355,11 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
     }
 
     int n_moe = 0, n_res = 0;
-    for (const auto & lr : rsd->layers) {
+    for (size_t il = 0; il < rsd->layers.size(); ++il) {
+        const auto & lr = rsd->layers[il];
+        if (lr.pool >= 0 && rsd->il_first < 0) {
+            rsd->il_first = (int) il;
+        }
         n_moe += lr.pool >= 0;
         n_res += lr.n_resident;
     }
@@ -425,6 +429,15 @@ ggml_tensor * llama_residency_build_moe(
 
     const int64_t n_used   = selected->ne[0];
     const int64_t n_tokens = selected->ne[1];
+
+    if (rsd->prefill_native && n_tokens > 1) {
+        // ablation: prefill takes llama.cpp's native path (all routes from host memory: on the CPU, or uploaded
+        // by the backend's op offload), only single-token passes use the pools
+        if (il == rsd->il_first) {
+            LLAMA_LOG_INFO("%s: native prefill graph of %lld tokens: resident experts not used\n", __func__, (long long) n_tokens);
+        }
+        return nullptr;
+    }
 
     // flat table index j*n_expert + e of every route (route position j, expert e), computed in F32
     // (exact: far below 2^24) because ggml has no integer add
@@ -605,6 +618,17 @@ int32_t llama_model_load_residency(struct llama_model * model, const char * path
         return -1;
     }
     model->residency.reset(rsd);
+    return 0;
+}
+
+int32_t llama_model_residency_set_prefill_native(struct llama_model * model, bool native) {
+    if (model->residency == nullptr) {
+        return -1;
+    }
+    model->residency->prefill_native = native;
+    LLAMA_LOG_INFO("%s: %s\n", __func__, native
+            ? "passes of more than one token take llama.cpp's native path (resident experts used by single-token passes only)"
+            : "passes of more than one token take the split or upload path");
     return 0;
 }
 

@@ -64,6 +64,8 @@ struct llama_residency {
 
     std::string path;
     uint32_t    n_upload_min = 512;   // Np
+    bool        prefill_native = false; // ablation: passes of more than one token compute as stock (pools unused)
+    int         il_first = -1;          // first layer with a pool (where the native path logs its passes)
 
     std::vector<llama_residency_layer> layers; // per model layer
     std::vector<llama_residency_pool>  pools;

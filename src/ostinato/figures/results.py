@@ -21,8 +21,11 @@ KINDS = ("first", "tool", "user")
 WORKLOADS = ("SWE", "tau2")
 
 # the ablation step each engine or simulator policy stands for (the paper's Table 8b)
+# (the engine's `ostinato-native-prefill` is step 3: its two branches run in turn, as llama.cpp's scheduler orders them)
 ABLATION_STEP = {"llama.cpp-layers": 1, "llama.cpp-expert-cache": 2, "resident-native-inturn": 3,
-                 "resident-native": 4, "ostinato": 5}
+                 "ostinato-native-prefill": 3, "resident-native": 4, "ostinato": 5}
+# the configuration with native prefill and the one that adds the size-dependent prefill paths (Table 8a, steps 3 → 4)
+PREFILL_PATH_PAIRS = (("ostinato-native-prefill", "ostinato"), ("resident-native", "ostinato"))
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,37 @@ def paper_ablation(table8_csv: str | Path, panel: str = "b") -> pd.DataFrame:
     for c in ("total", "prefill", "decode"):
         out[f"{c}_rel_step1"] = p[f"{c}_s"] / base[f"{c}_s"]
     return out.reset_index(drop=True)
+
+
+def prefill_paths(compared: pd.DataFrame, table8_csv: str | Path) -> pd.DataFrame:
+    """What the size-dependent prefill paths change (Table 8a, steps 3 → 4): prefill, decode and total time of the
+    configuration with them over the one with llama.cpp's native prefill and the same resident experts, per series
+    and workload (`compare`'s rows; its saved share [CI] when the target is the engine with the paths)."""
+    t8 = pd.read_csv(table8_csv)
+    a = t8[t8["panel"] == "a"].set_index("step")
+    rows = [{"series": PAPER, "workload": "SWE", "native": a.loc[3, "config"], "paths": a.loc[4, "config"],
+             "sessions": np.nan, "native_prefill_s": a.loc[3, "prefill_s"], "paths_prefill_s": a.loc[4, "prefill_s"],
+             "native_decode_s": a.loc[3, "decode_s"], "paths_decode_s": a.loc[4, "decode_s"],
+             "native_total_s": a.loc[3, "total_s"], "paths_total_s": a.loc[4, "total_s"]}]
+    for (series, workload), g in compared.groupby(["series", "workload"], sort=False):
+        g = g.set_index("engine")
+        for native, paths in PREFILL_PATH_PAIRS:
+            if native not in g.index or paths not in g.index:
+                continue
+            n, p = g.loc[native], g.loc[paths]
+            rows.append({"series": series, "workload": workload, "native": native, "paths": paths,
+                         "sessions": n["sessions"], "saved_pct": n.get("saved_pct", np.nan),
+                         "saved_ci_low_pct": n.get("saved_ci_low_pct", np.nan),
+                         "saved_ci_high_pct": n.get("saved_ci_high_pct", np.nan),
+                         **{f"{w}_{c}_s": float(r[f"{c}_s"]) for w, r in (("native", n), ("paths", p))
+                            for c in ("prefill", "decode", "total")}})
+    out = pd.DataFrame(rows)
+    for c in ("prefill", "decode", "total"):
+        out[f"{c}_change_pct"] = 100 * (out[f"paths_{c}_s"] / out[f"native_{c}_s"] - 1)
+    return out.reindex(columns=["series", "workload", "native", "paths", "sessions", "native_prefill_s",
+                                "paths_prefill_s", "prefill_change_pct", "native_decode_s", "paths_decode_s",
+                                "decode_change_pct", "native_total_s", "paths_total_s", "total_change_pct",
+                                "saved_pct", "saved_ci_low_pct", "saved_ci_high_pct"])
 
 
 def predict_sweep(fit: dict, summary: dict, cold: dict, engine: str = "ostinato") -> pd.DataFrame:

