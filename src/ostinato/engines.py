@@ -85,22 +85,25 @@ def _gpu_experts(budget: ExpertBudget) -> EngineConfig:
                         "every routed expert on the GPU (the upper bound when they fit)")
 
 
-def _ostinato(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+def _plan_args(name: str, plan: str | None) -> tuple[str, ...]:
+    """The flags every preset with resident pools starts with: all layers on the GPU and the plan."""
     if not plan:
-        raise ValueError("engine preset 'ostinato' needs a residency plan file (plan=...)")
+        raise ValueError(f"engine preset {name!r} needs a residency plan file (plan=...)")
+    return ("-ngl", "99", "--residency-plan", str(plan))
+
+
+def _ostinato(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
     return EngineConfig(
-        "ostinato", "ostinato", ("-ngl", "99", "--residency-plan", str(plan), "--residency-upload-min", str(upload_min)),
+        "ostinato", "ostinato", _plan_args("ostinato", plan) + ("--residency-upload-min", str(upload_min)),
         {}, f"the plan's experts resident on the GPU (pool of at most the expert budget); passes of fewer than "
             f"{upload_min} tokens compute cold routes on the CPU, longer ones upload each cold expert once")
 
 
 def _ostinato_native_prefill(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
     """Table 8's ablation step "resident experts, native prefill": the pools serve decode only."""
-    if not plan:
-        raise ValueError("engine preset 'ostinato-native-prefill' needs a residency plan file (plan=...)")
     return EngineConfig(
         "ostinato-native-prefill", "ostinato",
-        ("-ngl", "99", "--residency-plan", str(plan), "--residency-prefill", "native"),
+        _plan_args("ostinato-native-prefill", plan) + ("--residency-prefill", "native"),
         {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
         f"the plan's experts resident on the GPU for single-token passes (cold routes on the CPU); prefill passes "
         f"compute every route from host memory as llama.cpp does (on the CPU, or uploaded from "

@@ -260,12 +260,11 @@ def prefill_paths(compared: pd.DataFrame, table8_csv: str | Path) -> pd.DataFram
     """What the size-dependent prefill paths change (Table 8a, steps 3 → 4): prefill, decode and total time of the
     configuration with them over the one with llama.cpp's native prefill and the same resident experts, per series
     and workload (`compare`'s rows; its saved share [CI] when the target is the engine with the paths)."""
-    t8 = pd.read_csv(table8_csv)
-    a = t8[t8["panel"] == "a"].set_index("step")
-    rows = [{"series": PAPER, "workload": "SWE", "native": a.loc[3, "config"], "paths": a.loc[4, "config"],
-             "sessions": np.nan, "native_prefill_s": a.loc[3, "prefill_s"], "paths_prefill_s": a.loc[4, "prefill_s"],
-             "native_decode_s": a.loc[3, "decode_s"], "paths_decode_s": a.loc[4, "decode_s"],
-             "native_total_s": a.loc[3, "total_s"], "paths_total_s": a.loc[4, "total_s"]}]
+    a = paper_ablation(table8_csv, "a").set_index("step")
+    rows = [{"series": PAPER, "workload": a.loc[3, "workload"], "native": a.loc[3, "engine"],
+             "paths": a.loc[4, "engine"], "sessions": np.nan,
+             **{f"{w}_{c}_s": a.loc[step, f"{c}_s"] for w, step in (("native", 3), ("paths", 4))
+                for c in ("prefill", "decode", "total")}}]
     for (series, workload), g in compared.groupby(["series", "workload"], sort=False):
         g = g.set_index("engine")
         for native, paths in PREFILL_PATH_PAIRS:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ostinato.figures.style import series_label
-from ostinato.replay.metrics import _as_bool, workload_of
+from ostinato.replay.metrics import as_bool, workload_of
 
 SESSION_COLUMNS = ["series", "engine", "workload", "session", "ok", "total_s", "prefill_s", "decode_s"]
 REQUEST_COLUMNS = ["series", "engine", "workload", "session", "turn", "kind", "n_new", "n_output", "context",
@@ -113,14 +113,14 @@ def load_measured(sessions_csv: str | Path | Iterable[str | Path], requests_csv:
         machine = ", ".join(labels) or "this machine"
     label = series_label("measured", machine)
     num = lambda df, c: pd.to_numeric(df[c], errors="coerce") if c in df else np.nan  # noqa: E731
-    ok = _as_bool(ses["session_ok"]) if "session_ok" in ses else pd.Series(True, index=ses.index)
+    ok = as_bool(ses["session_ok"]) if "session_ok" in ses else pd.Series(True, index=ses.index)
     sessions = pd.DataFrame({
         "series": label, "engine": ses["engine"].astype(str), "workload": ses["session"].astype(str).map(paper_workload),
         "session": ses["session"].astype(str), "ok": ok & num(ses, "total_request_s").notna(),
         "total_s": num(ses, "total_request_s"), "prefill_s": num(ses, "server_prefill_s"),
         "decode_s": num(ses, "server_decode_s")})
     if "ok" in req:
-        req = req[_as_bool(req["ok"])]
+        req = req[as_bool(req["ok"])]
     requests = pd.DataFrame({
         "series": label, "engine": req["engine"].astype(str), "workload": req["session"].astype(str).map(paper_workload),
         "session": req["session"].astype(str), "turn": req["turn"].astype(int), "kind": req["kind"].astype(str),

@@ -85,7 +85,7 @@ def workload_of(session: str) -> str:
     return session.split("/", 1)[0] if "/" in session else ""
 
 
-def _as_bool(s: pd.Series) -> pd.Series:
+def as_bool(s: pd.Series) -> pd.Series:
     """Booleans from a CSV column that may hold True/False, 'True'/'False' or 1/0."""
     return s.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
 
@@ -95,7 +95,7 @@ def complete_sessions(sessions: pd.DataFrame, engines: list[str]) -> tuple[list[
     df = sessions[sessions["engine"].isin(engines)]
     ok = pd.to_numeric(df["total_request_s"], errors="coerce").notna()
     if "session_ok" in df:
-        ok &= _as_bool(df["session_ok"])
+        ok &= as_bool(df["session_ok"])
     done = df[ok].groupby("session")["engine"].nunique()
     every = set(done[done == len(engines)].index)
     all_ids = sorted(set(sessions["session"].astype(str)))
@@ -106,7 +106,7 @@ def _medians(sessions: pd.DataFrame, requests: pd.DataFrame | None, engine: str,
     """Median TTFT per kind and TPOT of one engine over its requests (or per-session medians without them)."""
     out: dict[str, object] = {}
     if requests is not None:
-        r = requests[(requests["engine"] == engine) & requests["session"].isin(kept) & _as_bool(requests["ok"])]
+        r = requests[(requests["engine"] == engine) & requests["session"].isin(kept) & as_bool(requests["ok"])]
         for k in KINDS:
             v = pd.to_numeric(r.loc[r["kind"] == k, "ttft_s"], errors="coerce").dropna()
             out[f"ttft_{k}_s"], out[f"n_{k}"] = (float(v.median()) if len(v) else float("nan")), len(v)
