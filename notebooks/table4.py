@@ -13,6 +13,7 @@
 #     name: python3
 # ---
 
+# %%
 
 # %% [markdown]
 # # Table 4: Qwen3-235B-A22B, buun → Ostinato
@@ -20,10 +21,12 @@
 # The paper's Table 4 (60 held-out τ2 tasks on Qwen3-235B-A22B: median TTFT after a tool output and after a user
 # message, total request time, tasks won, prefill and decode time, first-turn TTFT) beside every series given to
 # this notebook, each as Ostinato's change against its reference engine (`buun` where the series has it, else the
-# first other engine, named in `reference_engine`). The pipeline gives it only series of a Qwen3-MoE model: the
-# replay when `replay.model` is a `qwen3moe` model and the simulator when `sim.model` is `qwen3-235b-a22b`; with
-# neither (the default config, whose model is DeepSeek-V4-shaped) the table and figure hold the paper's numbers
-# alone. Writes `tables/<stem>.{csv,md}` and `figures/<stem>.{pdf,png}`.
+# first other engine, named in `reference_engine`), on one workload (`workload`, τ² as in the paper). The pipeline
+# gives it only series of a Qwen3-MoE model: the replay when `replay.model` is a `qwen3moe` model, the simulator
+# when `sim.model` is `qwen3-235b-a22b`, and the shipped replays of `figures.reference_qwen_runs` (the default
+# config: three H200 runs of `llama.cpp-layers` and `ostinato` on `qwen3-235b-slice-8`, 8 of the model's 94 MoE
+# layers with random weights and MXFP4 experts, `data/reference/h200/qwen/`). Their reference engine is
+# `llama.cpp-layers`, not the paper's buun. Writes `tables/<stem>.{csv,md}` and `figures/<stem>.{pdf,png}`.
 
 # %% tags=["parameters"]
 measured_sessions = []  # per-session CSVs of `ostinato replay summarize`; [] = none
@@ -38,8 +41,10 @@ n_resamples = 9999  # bootstrap resamples of the saved share's 95% CI
 ci_seed = 0
 figures_dir = "figures"
 tables_dir = "tables"
-reference_runs = []  # shipped replays of another machine (repeated runs); [] = none
+reference_runs = ["data/reference/h200/qwen/run1", "data/reference/h200/qwen/run2",
+                  "data/reference/h200/qwen/run3"]  # shipped Qwen3 replays of another machine (repeated runs); [] = none
 reference_machine = "h200"
+workload = "tau2"  # the paper's workloads: "tau2" (Table 4's) or "SWE"
 output_stem = "table4"
 
 # %%
@@ -83,7 +88,9 @@ if won is not None:
                  "reference_engine": "buun", "reference": np.nan, "ostinato": won.get("ostinato"),
                  "change_pct": np.nan, "note": won.get("note")})
 compared = R.compare(runs, R.CompareOptions(target=target, n_resamples=n_resamples, seed=ci_seed)) if runs.series else None
-for (series, workload), g in ([] if compared is None else compared.groupby(["series", "workload"], sort=False)):
+for (series, wl), g in ([] if compared is None else compared.groupby(["series", "workload"], sort=False)):
+    if wl != workload:
+        continue
     g = g.set_index("engine")
     refs = [e for e in reference_preference if e in g.index] + [e for e in g.index if e != target]
     if target not in g.index or not refs:
@@ -91,12 +98,15 @@ for (series, workload), g in ([] if compared is None else compared.groupby(["ser
     ref = refs[0]
     for m, desc in METRICS:
         a, b = g.loc[target, m], g.loc[ref, m]
-        rows.append({"series": series, "workload": workload, "metric": m, "description": desc, "reference_engine": ref,
+        note = (f"saved {g.loc[ref, 'saved_pct']:.1f}% [{g.loc[ref, 'saved_ci_low_pct']:.1f}–"
+                f"{g.loc[ref, 'saved_ci_high_pct']:.1f}] (95% CI over sessions)"
+                if m == "total_s" and pd.notna(g.loc[ref, "saved_pct"]) else "")
+        rows.append({"series": series, "workload": wl, "metric": m, "description": desc, "reference_engine": ref,
                      "reference": b, "ostinato": a, "change_pct": 100 * (a / b - 1) if pd.notna(a) and b else np.nan,
-                     "note": ""})
-    rows.append({"series": series, "workload": workload, "metric": "won", "description": "sessions Ostinato finishes sooner",
+                     "note": note})
+    rows.append({"series": series, "workload": wl, "metric": "won", "description": "sessions Ostinato finishes sooner",
                  "reference_engine": ref, "reference": g.loc[ref, "sessions"], "ostinato": g.loc[ref, "won"],
-                 "change_pct": np.nan, "note": f"{g.loc[ref, 'won']} of {g.loc[ref, 'sessions']}"})
+                 "change_pct": np.nan, "note": f"{int(g.loc[ref, 'won'])} of {int(g.loc[ref, 'sessions'])}"})
 table = pd.DataFrame(rows)
 print("wrote", *save_table(table, Path(tables_dir) / output_stem))
 print("series:", *dict.fromkeys(table["series"]))

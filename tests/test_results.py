@@ -241,6 +241,29 @@ def _papermill(notebook: Path, out: Path, params: dict, cwd: Path) -> subprocess
                            "--cwd", str(cwd), "-k", "python3"], capture_output=True, text=True, timeout=300, env=env)
 
 
+def test_table4_shows_the_shipped_qwen_runs_against_layer_placement(tmp_path):
+    """Table 4's notebook with its default reference runs (H200, Qwen3 slice): τ² only, totals summed by hand."""
+    pytest.importorskip("papermill")
+    runs = [REPO / "data" / "reference" / "h200" / "qwen" / f"run{i}" for i in (1, 2, 3)]
+    params = {"paper_dir": str(PAPER), "n_resamples": 199, "reference_runs": [str(r) for r in runs],
+              "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"),
+              "tables_dir": str(tmp_path / "tables")}
+    res = _papermill(REPO / "notebooks" / "table4.ipynb", tmp_path / "table4.out.ipynb", params, tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    t4 = pd.read_csv(tmp_path / "tables" / "table4.csv")
+    ref = t4[t4["series"] == "measured (h200, reference)"].set_index("metric")
+    assert set(ref["workload"]) == {"tau2"} and set(ref["reference_engine"]) == {"llama.cpp-layers"}
+    sessions = pd.concat([pd.read_csv(r / "sessions.csv").assign(run=i) for i, r in enumerate(runs)])
+    tau2 = sessions[sessions["session"].str.startswith("tau2/")]
+    total = tau2.groupby("engine")["total_request_s"].sum()
+    assert ref.loc["total_s", "reference"] == pytest.approx(total["llama.cpp-layers"])
+    assert ref.loc["total_s", "ostinato"] == pytest.approx(total["ostinato"])
+    assert ref.loc["total_s", "change_pct"] == pytest.approx(100 * (total["ostinato"] / total["llama.cpp-layers"] - 1))
+    per = tau2.pivot_table(index=["run", "session"], columns="engine", values="total_request_s")
+    won = int((per["ostinato"] < per["llama.cpp-layers"]).sum())
+    assert ref.loc["won", "note"] == f"{won} of {len(per)}"
+
+
 def test_result_notebooks_render_under_papermill(tmp_path):
     """Every result notebook renders from a replay, a simulated run and the shipped H200 reference replays."""
     pytest.importorskip("papermill")

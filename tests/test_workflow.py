@@ -119,7 +119,7 @@ def test_gpu_config_dag_and_result_sources(tmp_path):
     t3 = next(line for line in out.splitlines() if "table3.params.yaml" in line and "figures params" in line)
     assert "measured_sessions=[results/replay/sessions.csv]" in t3 and "reference_runs=[]" in t3
     t4 = next(line for line in out.splitlines() if "table4.params.yaml" in line and "figures params" in line)
-    assert "measured_sessions=[]" in t4 and "sim_sessions=[]" in t4
+    assert "measured_sessions=[]" in t4 and "sim_sessions=[]" in t4 and "reference_runs=[]" in t4
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["models"]["tiny-qwen"] = {"spec": "tiny-qwen3moe", "vocab": "qwen"}
     cfg["replay"]["model"] = "tiny-qwen"
@@ -129,6 +129,7 @@ def test_gpu_config_dag_and_result_sources(tmp_path):
                       "--configfile", str(qwen))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "measured_sessions=[results/replay/sessions.csv]" in proc.stdout
+    assert "reference_runs=[data/reference/h200/qwen/run1, data/reference/h200/qwen/run2" in proc.stdout
 
 
 def test_capacity_budget_sizes_the_pool_and_every_preset(tmp_path):

@@ -481,13 +481,13 @@ def replay_arch():
 
 
 def result_sources(result):
-    """The measured, simulated and reference inputs of one result notebook (Table 4: Qwen3-MoE series only; Table 8:
-    the shipped ablation runs, which add the native-prefill engine)."""
+    """The measured, simulated and reference inputs of one result notebook (Table 4: Qwen3-MoE series only, with the
+    shipped Qwen3 replays; Table 8: the shipped ablation runs, which add the native-prefill engine)."""
     qwen = result == "table4"
     measured = [] if qwen and replay_arch() != "qwen3moe" else ["results/replay/sessions.csv"]
     sims = [] if qwen and not sim_cfg("model", "").startswith("qwen") else [
         s for s in sim_cfg("sets", []) if "plan" in config]
-    refs = [] if qwen else figures_cfg("reference_ablation_runs" if result == "table8" else "reference_runs", [])
+    refs = figures_cfg({"table8": "reference_ablation_runs", "table4": "reference_qwen_runs"}.get(result, "reference_runs"), [])
     return {"measured_sessions": measured, "measured_requests": [p.replace("sessions.csv", "requests.csv") for p in measured],
             "sim_sessions": [f"results/sim/{s}/sessions.csv" for s in sims],
             "sim_requests": [f"results/sim/{s}/requests.csv" for s in sims], "reference_runs": refs}
