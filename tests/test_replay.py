@@ -33,6 +33,7 @@ from ostinato.replay import (
     ServerError,
     consume_stream,
     load_requests,
+    load_runs,
     run_replay,
     send_completion,
     summarize_sessions,
@@ -336,6 +337,32 @@ def test_summarize_cli(fake_bin, fake_model, tmp_path):
     csv = pd.read_csv(tmp_path / "s.csv")
     assert list(csv["engine"].unique()) == ["ostinato", "stock"] and "client_server_ratio" in csv.columns
     assert len(pd.read_csv(tmp_path / "r.csv")) == 12
+
+
+def test_summarize_tags_repeated_runs(fake_bin, fake_model, tmp_path):
+    """`--runs 2`: the directories split run by run, each run's sessions suffixed #run<i>; unequal runs refused."""
+    sessions = make_sessions(2, 2)
+    dirs = []
+    for run in ("a", "b"):
+        for engine in ("stock", "ostinato"):
+            with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+                run_replay(sessions, server, ReplayConfig(engine, tmp_path / run, machine="test", progress=False))
+            dirs.append(str(tmp_path / run / engine))
+    ostinato.cli._GROUPS, saved = ("ostinato.replay.cli",), ostinato.cli._GROUPS
+    try:
+        assert ostinato.cli.main(["replay", "summarize", "--in", *dirs, "--runs", "2", "--out",
+                                  str(tmp_path / "s.csv"), "--requests-out", str(tmp_path / "r.csv")]) == 0
+        assert ostinato.cli.main(["replay", "summarize", "--in", *dirs[:3], "--runs", "2", "--out",
+                                  str(tmp_path / "x.csv")]) == 2
+    finally:
+        ostinato.cli._GROUPS = saved
+    csv = pd.read_csv(tmp_path / "s.csv")
+    assert sorted(csv["session"].unique()) == ["test/s0#run1", "test/s0#run2", "test/s1#run1", "test/s1#run2"]
+    assert len(csv) == 8 and csv["session_ok"].all()
+    req = pd.read_csv(tmp_path / "r.csv")
+    assert len(req) == 16 and req["session"].str.endswith(("#run1", "#run2")).all()
+    with pytest.raises(ValueError, match="do not split into 2 runs"):
+        load_runs([tmp_path / "a" / "stock", tmp_path / "a" / "ostinato", tmp_path / "b" / "stock"], 2)
 
 
 # --- the real llama-server ------------------------------------------------------------------------

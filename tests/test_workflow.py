@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,33 @@ def test_forced_routing_config_puts_traces_before_the_replay(tmp_path):
     assert "make_routing" in proc.stdout and "--routing-force-dir results/routing/tau2-few" in proc.stdout
     # every preset gets the GPU memory of the ostinato pool
     assert "--preset llama.cpp-layers" in proc.stdout and "--expert-fraction 0.5" in proc.stdout
+
+
+def test_repeated_replays_alternate_the_engine_order(tmp_path):
+    """replay.repeats: run r >= 2 under results/replay/run<r>/, each replay after the one before it in an order that
+    reverses between sets and between runs, and one summary whose sessions are tagged per run."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["replay"]["repeats"] = 2
+    path = tmp_path / "repeats.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("results/replay/sessions.csv", "-n", "-p", "--forceall", "--cores", "1", "--configfile", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sets, engines = cfg["replay"]["sets"], list(cfg["replay"]["engines"])
+    expected = []
+    for r, run in enumerate(["", "run2/"]):
+        for i, s in enumerate(sets):
+            expected += [(run, s, e) for e in (engines if (i + r) % 2 == 0 else engines[::-1])]
+    jobs = re.findall(r"wildcards: run=(\S*), set=(\S+), engine=(\S+)", proc.stdout)
+    assert sorted(jobs) == sorted(expected)
+    # every replay but the first waits for the one before it, so the dry run lists them in that order
+    assert jobs == expected
+    assert "--runs 2" in proc.stdout and "results/replay/run2/swe-few/ostinato" in proc.stdout
+    assert _snakemake("results/replay/run3/swe-few/ostinato.sessions.csv", "-n", "--cores", "1",
+                      "--configfile", str(path)).returncode != 0
+    cfg["replay"]["repeats"] = 0
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("-n", "--cores", "1", "--configfile", str(path))
+    assert proc.returncode != 0 and "repeats" in proc.stdout + proc.stderr
 
 
 def test_engine_reached_by_url_in_the_replay(tmp_path):

@@ -123,6 +123,34 @@ def preset_opts(engine, input=None):
     return opts
 
 
+def replay_runs():
+    """Path prefix of each repeated run of the replay: "" for the first (results/replay/<set>/), "run<r>/" after it."""
+    return ["" if r == 1 else f"run{r}/" for r in range(1, config["replay"].get("repeats", 1) + 1)]
+
+
+def replay_order():
+    """(run, set, engine) of every replay in the order they run: the engines in config order on the first set,
+    reversed on the next, and so on; each repeated run reverses the previous one (engine-order bias cancels)."""
+    engines = list(config["replay"]["engines"])
+    out = []
+    for r, run in enumerate(replay_runs()):
+        for i, s in enumerate(config["replay"]["sets"]):
+            out += [(run, s, e) for e in (engines if (i + r) % 2 == 0 else engines[::-1])]
+    return out
+
+
+def replay_after(wildcards):
+    """The per-session CSV of the replay that runs just before this one ([] for the first): it orders the jobs."""
+    order = replay_order()
+    i = order.index((wildcards.run, wildcards.set, wildcards.engine))
+    return [] if i == 0 else "results/replay/{}{}/{}.sessions.csv".format(*order[i - 1])
+
+
+def run_pattern():
+    """Wildcard constraint of the run prefix: "" or one of the repeated runs' "run<r>/"."""
+    return "(" + "|".join(re.escape(r) for r in replay_runs() if r) + ")?"
+
+
 def engine_url(engine):
     """The URL of an engine that runs elsewhere (`replay.engines.<engine>.url`), else ""."""
     return config["replay"]["engines"][engine].get("url", "")

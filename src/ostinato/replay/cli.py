@@ -11,7 +11,7 @@ import pandas as pd
 
 from ostinato.engines import PRESETS, EngineConfig, ExpertBudget, expert_budget_from_gguf, preset
 from ostinato.machine import describe_machine
-from ostinato.replay.results import load_requests, summarize_sessions
+from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
 from ostinato.replay.server import ExternalServer, LlamaServer, ServerConfig
 from ostinato.replay.store import ResultStore, write_json_atomic
@@ -85,6 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--in", dest="inputs", nargs="+", required=True, type=Path, help="replay --out (or OUT/ENGINE) dirs")
     s.add_argument("--out", required=True, type=Path, help="per-session CSV")
     s.add_argument("--requests-out", type=Path, default=None, help="also write the per-request CSV here")
+    s.add_argument("--runs", type=int, default=1,
+                   help="the --in directories are this many repeated runs, given run by run in equal numbers: "
+                        "run i's session ids get the suffix #run<i> (default 1: no suffix)")
     s.set_defaults(func=summarize_cmd)
 
     c = sub.add_parser("compare", help="each engine against a target: total time, share saved [bootstrap CI], "
@@ -212,7 +215,7 @@ def run_cmd(args: argparse.Namespace) -> int:
 
 def summarize_cmd(args: argparse.Namespace) -> int:
     """Handler of `replay summarize`; writes the per-session (and optional per-request) CSV."""
-    requests = load_requests(args.inputs)
+    requests = load_runs(args.inputs, args.runs)
     sessions = summarize_sessions(requests)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sessions.to_csv(args.out, index=False)

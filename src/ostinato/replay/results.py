@@ -52,6 +52,24 @@ def load_requests(paths: list[Path]) -> pd.DataFrame:
     return df[REQUEST_COLUMNS + sorted(extra)]
 
 
+def load_runs(paths: list[Path], runs: int) -> pd.DataFrame:
+    """Requests of `runs` repeated runs given run by run (equal numbers of directories each): run i's session ids
+    are suffixed `#run<i>`, as the figures tag shipped repeated runs, so each run's sessions count separately."""
+    if runs < 1:
+        raise ValueError(f"--runs must be at least 1, got {runs}")
+    if runs == 1:
+        return load_requests(paths)
+    if len(paths) % runs:
+        raise ValueError(f"--runs {runs}: the {len(paths)} --in directories do not split into {runs} runs of "
+                         "equal size (give each run's directories in turn, the same number per run)")
+    n = len(paths) // runs
+    frames = []
+    for i in range(runs):
+        df = load_requests(paths[i * n:(i + 1) * n])
+        frames.append(df.assign(session=df["session"].astype(str) + f"#run{i + 1}"))
+    return pd.concat(frames, ignore_index=True)
+
+
 def _median(s: pd.Series) -> float:
     """Median of the non-missing values (NaN when none)."""
     s = pd.to_numeric(s, errors="coerce").dropna()
