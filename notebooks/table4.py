@@ -13,8 +13,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # Table 4: Qwen3-235B-A22B, buun → Ostinato
 #
