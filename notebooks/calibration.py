@@ -13,7 +13,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # Calibration: the cost model's constants measured on this machine, on the H200 and in the paper
 #

@@ -13,7 +13,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # Figure 5: the distribution of TTFT after tool outputs
 #

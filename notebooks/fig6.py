@@ -13,7 +13,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # Figure 6: prefill and decode time, TTFT and TPOT by context length
 #

@@ -13,7 +13,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # Table 3: held-out sessions, every engine against Ostinato
 #
