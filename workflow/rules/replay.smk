@@ -55,8 +55,7 @@ rule summarize_replay:
     conda:
         "../../environment.yml"
     params:
-        dirs=" ".join(f"results/replay/{r}{s}/{e}" for r in replay_runs() for s in config["replay"]["sets"]
-                      for e in config["replay"]["engines"]),
+        dirs=" ".join(f"results/replay/{r}{s}/{e}" for r, s, e in replay_order()),  # run by run, as --runs needs
         runs=len(replay_runs()),
     shell:
         "ostinato replay summarize --in {params.dirs} --runs {params.runs} --out {output.sessions} "

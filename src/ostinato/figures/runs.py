@@ -17,6 +17,7 @@ import pandas as pd
 
 from ostinato.figures.style import series_label
 from ostinato.replay.metrics import as_bool, workload_of
+from ostinato.replay.results import tag_run
 
 SESSION_COLUMNS = ["series", "engine", "workload", "session", "ok", "total_s", "prefill_s", "decode_s"]
 REQUEST_COLUMNS = ["series", "engine", "workload", "session", "turn", "kind", "n_new", "n_output", "context",
@@ -87,10 +88,7 @@ def empty_runs() -> Runs:
 
 def _tag_runs(paths: list[Path], what: str, required: set[str]) -> pd.DataFrame:
     """Concatenate repeated runs of the same sessions, each run's session ids suffixed `#run<i>`."""
-    frames = []
-    for i, p in enumerate(paths, 1):
-        df = _read([p], what, required)
-        frames.append(df.assign(session=df["session"].astype(str) + f"#run{i}"))
+    frames = [tag_run(_read([p], what, required), i) for i, p in enumerate(paths, 1)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=sorted(required))
 
 

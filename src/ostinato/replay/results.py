@@ -52,6 +52,12 @@ def load_requests(paths: list[Path]) -> pd.DataFrame:
     return df[REQUEST_COLUMNS + sorted(extra)]
 
 
+def tag_run(frame: pd.DataFrame, run: int) -> pd.DataFrame:
+    """One repeated run's rows with their session ids suffixed `#run<run>`, so each run's sessions count separately
+    (`replay summarize --runs` and the figures' shipped reference runs share this convention)."""
+    return frame.assign(session=frame["session"].astype(str) + f"#run{run}")
+
+
 def load_runs(paths: list[Path], runs: int) -> pd.DataFrame:
     """Requests of `runs` repeated runs given run by run (equal numbers of directories each): run i's session ids
     are suffixed `#run<i>`, as the figures tag shipped repeated runs, so each run's sessions count separately."""
@@ -63,11 +69,8 @@ def load_runs(paths: list[Path], runs: int) -> pd.DataFrame:
         raise ValueError(f"--runs {runs}: the {len(paths)} --in directories do not split into {runs} runs of "
                          "equal size (give each run's directories in turn, the same number per run)")
     n = len(paths) // runs
-    frames = []
-    for i in range(runs):
-        df = load_requests(paths[i * n:(i + 1) * n])
-        frames.append(df.assign(session=df["session"].astype(str) + f"#run{i + 1}"))
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat([tag_run(load_requests(paths[i * n:(i + 1) * n]), i + 1) for i in range(runs)],
+                     ignore_index=True)
 
 
 def _median(s: pd.Series) -> float:
