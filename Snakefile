@@ -1,4 +1,5 @@
-# Ostinato artifact pipeline: see README.md and ARTIFACT.md. Rules live in workflow/rules/<stage>.smk.
+# Ostinato artifact pipeline: see README.md and ARTIFACT.md. Each stage's rules live in workflow/rules/<stage>.smk,
+# named as its `ostinato <stage>` command group, its module `ostinato.<stage>` and its outputs `results/<stage>/`.
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -7,7 +8,7 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+validate(config, "workflow/schemas/config.schema.yaml")  # also fills in every default the schema holds
 
 
 include: "workflow/rules/common.smk"
@@ -15,9 +16,10 @@ include: "workflow/rules/engine.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/sessions.smk"
 include: "workflow/rules/routing.smk"
-include: "workflow/rules/profile.smk"
-include: "workflow/rules/plan.smk"
+include: "workflow/rules/residency.smk"
+include: "workflow/rules/costmodel.smk"
 include: "workflow/rules/sim.smk"
+include: "workflow/rules/limit.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/sweep.smk"
@@ -26,5 +28,13 @@ include: "workflow/rules/figures.smk"
 
 rule all:
     input:
-        all_targets(),
+        sessions_targets(),
+        routing_targets(),
+        residency_targets(),
+        costmodel_targets(),
+        sim_targets(),
+        replay_targets(),
+        calibrate_targets(),
+        sweep_targets(),
+        figures_targets(),
     default_target: True

@@ -16,11 +16,13 @@
 # %% [markdown]
 # # Figure 7b: TTFT by new tokens after a prefix
 #
-# Reads the sweep of this run (`ostinato bench prefill`, rule `sweep_prefill`: each engine prefills a prefix once,
+# Reads the sweep of this run (`ostinato sweep`, rule `sweep_prefill`: each engine prefills a prefix once,
 # then each size of new tokens after it, routing forced from synthetic traces, every engine with the same GPU
-# memory for experts), the H200 reference run of the same benchmark (`data/reference/h200/residency/bench/`) and the
-# paper's Figure 7b (`data/paper/figure7.csv`, panel b). Writes `tables/<stem>.{csv,md}` and `figures/<stem>.{pdf,png}`.
-# Series are labelled `paper`, `measured (<machine>)`.
+# memory for experts), the shipped reference run of the same benchmark (`figures.reference_sweep`: by default the
+# H200's, `data/reference/h200/residency/bench/`) and the paper's Figure 7b (`data/paper/figure7.csv`, panel b).
+# Writes `tables/<stem>.{csv,md}` and `figures/<stem>.{pdf,png}`. Series are labelled `paper`,
+# `measured (<machine>)` (this run) and `measured (<reference_machine>, reference)` (the shipped run), so a run on
+# the reference machine itself stays a separate line.
 #
 # **What compares.** Each series compares engines within one run on one machine; across series only the ratios
 # to the baseline mean anything. The paper's sweep compares Ostinato with buun after development prefixes of
@@ -70,7 +72,7 @@ def measured(path: str, machine_name: str) -> pd.DataFrame:
 
 runs = [measured(summary_json, machine)]
 if reference_json and Path(reference_json).is_file():
-    runs.append(measured(reference_json, reference_machine))
+    runs.append(measured(reference_json, f"{reference_machine or 'reference'}, reference"))
 meas = pd.concat(runs, ignore_index=True)
 f7 = pd.read_csv(figure7_csv)
 pb = f7[(f7["panel"] == "b") & (f7["metric"] == "ttft")].copy()

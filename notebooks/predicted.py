@@ -19,7 +19,7 @@
 # The paper checks its cost model by predicting measured times (Prop B.2: growing the pool from 4,864 to
 # 5,702 experts, predicted 2.239 ms per decode step, measured 2.25 ms; the overlap of the two decode branches
 # hides 4.877 ms of its bound U = 5.615 ms). Here the same kind of check runs on each machine with a
-# calibration (`ostinato bench calibrate`, `fit.json`) and a Figure 7b sweep (`ostinato bench prefill`,
+# calibration (`ostinato calibrate`, `fit.json`) and a Figure 7b sweep (`ostinato sweep`,
 # `summary.json` and `cold.json`) of the same model: the calibrated constants predict the Ostinato engine's TTFT
 # on the split path (passes below Np, after the sweep's prefix) and its decode TPOT, from the cold routes the
 # sweep's forced routing gives (`ostinato.figures.results.predict_sweep` states the formulas). The sweep is not
@@ -63,7 +63,7 @@ for fit_path, sweep_dir, name in zip(fits, sweeps, machines):
     paths = [Path(fit_path), Path(sweep_dir) / "summary.json", Path(sweep_dir) / "cold.json"]
     for p in paths:
         if not p.is_file():
-            raise FileNotFoundError(f"{p} not found (fits: `ostinato bench calibrate`; sweeps: `ostinato bench prefill`)")
+            raise FileNotFoundError(f"{p} not found (fits: `ostinato calibrate`; sweeps: `ostinato sweep`)")
     fit, summary, cold = (json.loads(p.read_text()) for p in paths)
     label = name or machine or "this machine"
     pred = R.predict_sweep(fit, summary, cold, engine)

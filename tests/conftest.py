@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ostinato.build.backend import resolve_backend
-from ostinato.build.patches import STAGES
-from ostinato.build.stages import BuildRequest, build
+from ostinato.engine.backend import resolve_backend
+from ostinato.engine.patches import STAGES
+from ostinato.engine.stages import BuildRequest, build
 
 REPO = Path(__file__).resolve().parents[1]
 # CPU by default; OSTINATO_ENGINE_BACKEND=cuda runs the same tests on the GPU build (device runs)

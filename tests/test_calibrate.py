@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from ostinato.bench.calibrate import (CalibrationFit, cold_route_trace, fit_calibration, profile_doc, sim_params_doc,
-                                      upload_passes)
+from ostinato.calibrate.fit import CalibrationFit, fit_calibration, profile_doc, sim_params_doc
+from ostinato.calibrate.run import cold_route_trace, upload_passes
 from ostinato.costmodel.params import load_profile, profile_from_dict
-from ostinato.residency.gguf_shape import MoeShape
+from ostinato.models.gguf_shape import MoeShape
 from ostinato.sim.run import load_sim_params
 
 SHAPE = MoeShape("toy", 3, 16, 4, (0, 1000, 1000), 300)  # layer 0 dense, layers 1-2 MoE, 16 experts, top-4
@@ -83,12 +83,12 @@ def test_profile_and_sim_params_load(tmp_path: Path) -> None:
 
 def test_calibrate_cli_on_the_cpu_build(engine_variants: dict[str, Path], tiny_v4_model: Path,
                                         llama_tree: Path, tmp_path: Path) -> None:
-    from ostinato.bench import cli as bench_cli
+    from ostinato.calibrate import cli as calibrate_cli
 
     parser = argparse.ArgumentParser()
-    bench_cli.register(parser.add_subparsers(dest="group"))
+    calibrate_cli.register(parser.add_subparsers(dest="group"))
     out = tmp_path / "cal"
-    a = parser.parse_args(["bench", "calibrate", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
+    a = parser.parse_args(["calibrate", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
                            "--variants-dir", str(engine_variants["ostinato"].parents[1]), "--machine", "ci",
                            "--threads", "2", "--reps", "1", "--decode", "8", "--decode-prompt", "8",
                            "--split-sizes", "8,32", "--upload-size", "520", "--ctx", "1024", "--no-progress", "--model-name", "tiny-v4",
@@ -104,4 +104,4 @@ def test_calibrate_cli_on_the_cpu_build(engine_variants: dict[str, Path], tiny_v
     assert set(fit["tpot_ms"]) == {"0", "1", "2", "3", "4"} and fit["n_upload_passes"] == 5
     prof = load_profile(out / "profile.yaml")
     assert prof.name == "ci" and prof.model("tiny-v4").n_moe_layer == 4
-    assert load_sim_params(out / "sim-params.yaml").threshold == 512
+    assert load_sim_params(out / "sim-params.yaml").upload_min == 512

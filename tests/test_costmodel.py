@@ -208,7 +208,7 @@ def test_paper_profile_and_checks() -> None:
     v4 = prof.model("deepseek-v4-flash")
     c = v4.classes[0].costs
     assert (c.gamma0_ms, c.alpha_ms, c.beta_ms) == (0.120, 0.140, 0.184)
-    assert v4.upload_ms_idle == 0.53 and v4.upload_ms_loaded == 1.20 and v4.prefill_threshold == 512
+    assert v4.upload_ms_idle == 0.53 and v4.upload_ms_loaded == 1.20 and v4.upload_min == 512
     assert v4.delta_max_ms() == 0.0056
     qwen = prof.model("qwen3-235b-a22b")
     assert [k.n_layer for k in qwen.classes] == [48, 46]

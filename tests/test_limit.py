@@ -108,7 +108,7 @@ def test_cli(tmp_path, capsys) -> None:
 
 def test_decode_positions_by_hand() -> None:
     from ostinato.limit.cli import decode_positions
-    from ostinato.sim.engine import Request
+    from ostinato.sim.session import Request
 
     # request 0: new 0-2, outputs 3-5 (steps feed 3, 4); request 1: new 6, outputs 7 (no step); request 2: new 8-9,
     # outputs 10-11 (step feeds 10)

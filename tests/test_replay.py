@@ -23,21 +23,9 @@ import pandas as pd
 import pytest
 
 import ostinato.cli
-from ostinato.replay import (
-    LlamaServer,
-    ReplayConfig,
-    RequestInput,
-    RequestOutput,
-    ResultStore,
-    ServerConfig,
-    ServerError,
-    consume_stream,
-    load_requests,
-    load_runs,
-    run_replay,
-    send_completion,
-    summarize_sessions,
-)
+from ostinato.replay import ReplayConfig, ResultStore, load_requests, load_runs, run_replay, summarize_sessions
+from ostinato.server import (LlamaServer, RequestInput, RequestOutput, ServerConfig, ServerError, consume_stream,
+                             send_completion)
 from ostinato.sessions.model import TokenizedRequest, TokenizedSession, write_sessions_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -120,7 +108,7 @@ def test_send_completion_streams_from_sse_server():
 
 
 def test_send_completion_connection_error_is_recorded():
-    from ostinato.replay import free_port
+    from ostinato.server import free_port
 
     with httpx.Client() as client:
         out = send_completion(client, f"http://127.0.0.1:{free_port()}", RequestInput((1,), 1))
@@ -504,7 +492,7 @@ def test_forced_tokens_match_allows_only_unstreamed_gaps():
 # --- external engines by URL (OpenAI-compatible /v1/completions or llama-server's /completion) ---------
 
 def test_consume_openai_stream_counts_text_chunks_and_usage():
-    from ostinato.replay.client import consume_openai_stream
+    from ostinato.server.client import consume_openai_stream
 
     ticks = iter([1.0, 1.5, 1.8, 2.1, 2.2, 2.3, 2.4])
     lines = ['data: {"choices": [{"text": "", "index": 0}]}',
@@ -547,8 +535,8 @@ def test_replay_run_names_the_conflicting_flags(tmp_path, capsys, argv, message)
 
 
 def test_external_server_that_never_answers_is_named(tmp_path):
-    from ostinato.replay import free_port
-    from ostinato.replay.server import ExternalServer, ServerError
+    from ostinato.server import free_port
+    from ostinato.server.launcher import ExternalServer, ServerError
 
     srv = ExternalServer(f"http://127.0.0.1:{free_port()}", startup_timeout_s=1.0)
     with pytest.raises(ServerError, match="no answer from /v1/models"):

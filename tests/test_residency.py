@@ -199,7 +199,7 @@ def test_cli_profile_capacity_plan(tmp_path) -> None:
 
 def test_plan_for_a_gguf_model_by_resident_share(tiny_v4_model, llama_tree, tmp_path):
     from ostinato.cli import main
-    from ostinato.residency.gguf_shape import moe_shape_from_gguf
+    from ostinato.models.gguf_shape import moe_shape_from_gguf
     from ostinato.routing.trace import random_trace
 
     shape = moe_shape_from_gguf(tiny_v4_model, llama_tree)

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ostinato.replay.server import LlamaServer, ServerConfig, ServerError
-from ostinato.residency.gguf_shape import MoeShape, moe_shape_from_gguf, single_gpu_plan
+from ostinato.server.launcher import LlamaServer, ServerConfig, ServerError
+from ostinato.models.gguf_shape import MoeShape, moe_shape_from_gguf
+from ostinato.residency.budget import single_gpu_plan
 from ostinato.residency.planfile import write_plan
 from ostinato.routing.trace import TraceShape, random_trace, write_trace
 
@@ -67,18 +68,18 @@ def model_case(request, engine_variants, tiny_model, tiny_v4_model, llama_tree, 
     return model, shape, trace, ref, tmp
 
 
-@pytest.mark.parametrize("np_min,path", [(4096, "split"), (8, "upload"), (8, "native")])
+@pytest.mark.parametrize("upload_min,path", [(4096, "split"), (8, "upload"), (8, "native")])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_pools_match_stock(engine_variants, model_case, np_min, path, seed):
+def test_pools_match_stock(engine_variants, model_case, upload_min, path, seed):
     model, shape, trace, ref, tmp = model_case
     plan = tmp / f"plan-{seed}.json"
     write_plan(plan, single_gpu_plan(shape, _random_plan(shape, seed)))
     name = f"ost-{path}-{seed}"
     native = ("--residency-prefill", "native") if path == "native" else ()
     with _server(engine_variants["ostinato"], model, tmp, name, "--residency-plan", str(plan),
-                 "--residency-upload-min", str(np_min), *native) as srv:
+                 "--residency-upload-min", str(upload_min), *native) as srv:
         out = _complete(srv, trace)
-        log = srv.log_tail(200000)
+    log = srv.log_tail(200000)  # after the server stopped: llama.cpp writes its log from a thread of its own
     assert "resident experts over" in log and "take the split path" in log
     # the prompt (54 tokens) takes the upload path only when Np is small; decode always splits. With native
     # prefill (the ablation) the prompt computes as stock, whatever Np, and never uploads
@@ -97,9 +98,9 @@ def test_forced_tokens_come_back_with_a_plan(engine_variants, model_case):
     plan = tmp / "plan-tokens.json"
     write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 3)))
     forced = [int(t) for t in np.random.default_rng(4).integers(32, 127, size=N_PREDICT)]
-    for np_min in (4096, 8):
-        with _server(engine_variants["ostinato"], model, tmp, f"tokens-{np_min}", "--residency-plan", str(plan),
-                     "--residency-upload-min", str(np_min)) as srv:
+    for upload_min in (4096, 8):
+        with _server(engine_variants["ostinato"], model, tmp, f"tokens-{upload_min}", "--residency-plan", str(plan),
+                     "--residency-upload-min", str(upload_min)) as srv:
             out = _complete(srv, trace, forced_tokens=forced)
         assert out["tokens"] == forced
 

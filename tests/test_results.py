@@ -19,7 +19,7 @@ from ostinato.figures.style import series_kind, series_palette
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "data" / "paper"
-RESULT_NOTEBOOKS = ["table3", "fig1", "table7", "fig4", "fig5", "fig6", "table8", "table4", "calibration", "predicted"]
+RESULT_NOTEBOOKS = ["table3", "fig1", "table7", "fig4", "fig5", "fig6", "table8", "table4", "calibrate", "predicted"]
 
 # per engine: a scale of every time, so the target saves 1 - 0.6 = 40% of stock's time in each session
 SCALE = {"stock": 1.0, "ostinato": 0.6}
@@ -179,7 +179,7 @@ def test_measured_ablation_steps_and_prefill_paths(tmp_path):
 FIT = {"n_moe_layer": 2, "k": 4, "tpot_ms": {"0": 5.0, "1": 5.5}, "beta_ms": 0.2, "alpha_minus_gamma0_ms": 0.05,
        "decode_fit_residual_ms": 0.0, "prefill_pass_ms": 10.0, "prefill_token_ms": 0.1, "cpu_layer_ms": 1.0,
        "cpu_route_ms": 0.01, "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}
-SWEEP = {"meta": {"np_min": 512}, "rows": [
+SWEEP = {"meta": {"upload_min": 512}, "rows": [
     {"engine": "ostinato", "kind": "prefill", "n_new": 100, "median_s": 0.03},
     {"engine": "ostinato", "kind": "prefill", "n_new": 1024, "median_s": 0.2},
     {"engine": "llama.cpp-layers", "kind": "prefill", "n_new": 100, "median_s": 0.05},
@@ -284,7 +284,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     (tmp_path / "fit-full.json").write_text(json.dumps(FIT))
     dirs = {"figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables")}
     special = {
-        "calibration": {"fits": [str(tmp_path / "fit.json")], "series": ["test"],
+        "calibrate": {"fits": [str(tmp_path / "fit.json")], "series": ["test"],
                         "constants_csv": str(PAPER / "costmodel_constants.csv"), **dirs},
         "predicted": {"fits": [str(tmp_path / "fit-full.json")], "sweeps": [str(sweep)], "machines": ["test"],
                       "constants_csv": str(PAPER / "costmodel_constants.csv"), **dirs},
@@ -299,7 +299,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
         assert "series" in table.columns
         kinds = {series_kind(x) for x in table["series"].dropna()}
         assert "paper" in kinds, name
-        if name not in ("table4", "calibration", "predicted"):
+        if name not in ("table4", "calibrate", "predicted"):
             assert {"measured", "simulated"} <= kinds, f"{name}: {kinds}"
     t3 = pd.read_csv(tmp_path / "tables" / "table3.csv")
     row = t3[(t3["series"] == "measured (cpu-2c)") & (t3["workload"] == "tau2") & (t3["engine"] == "stock")]
@@ -307,5 +307,5 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     assert (t3["series"] == "measured (h200, reference)").any()
     pred = pd.read_csv(tmp_path / "tables" / "predicted.csv")
     assert pred[pred["series"] == "simulated (test calibration)"]["predicted_ms"].notna().sum() == 2
-    cal = pd.read_csv(tmp_path / "tables" / "calibration.csv").set_index("series")
+    cal = pd.read_csv(tmp_path / "tables" / "calibrate.csv").set_index("series")
     assert cal.loc["measured (test)", "beta_ms"] == 0.1 and np.isfinite(cal.loc["paper", "beta_ms"])

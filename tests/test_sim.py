@@ -10,7 +10,7 @@ import pytest
 
 from ostinato.costmodel.decode import LayerCosts, cold_routes, eq1_step_ms, mu_q
 from ostinato.costmodel.params import BranchCosts, load_profile
-from ostinato.sim.engine import Request, pass_sizes, simulate_session
+from ostinato.sim.session import Request, pass_sizes, simulate_session
 from ostinato.sim.params import SimParams, paper_illustrative
 from ostinato.sim.policies import (buun, llama_expert_cache, llama_layers, ostinato, resident_native,
                                    static_per_layer)
@@ -18,7 +18,7 @@ from ostinato.sim.run import read_sessions, simulate
 
 C = LayerCosts.uniform(2, BranchCosts(0.12, 0.14, 0.184, 0.137))
 P = SimParams(decode_other_ms=10.0, prefill_token_ms=1.0, prefill_pass_ms=5.0, cpu_route_ms=0.02,
-              cpu_layer_ms=0.1, gpu_route_ms=0.001, upload_expert_ms=0.5, n_ubatch=8, threshold=4,
+              cpu_layer_ms=0.1, gpu_route_ms=0.001, upload_expert_ms=0.5, n_ubatch=8, upload_min=4,
               cache_max_pass=2)
 
 
@@ -117,7 +117,7 @@ def test_simulate_tables_and_read_sessions(tmp_path) -> None:
 def test_paper_illustrative_params() -> None:
     m = load_profile("paper-4x4090d").model("deepseek-v4-flash")
     p = paper_illustrative(m)
-    assert p.threshold == 512 and p.checkpoint_tail == 4 and p.upload_expert_ms == 1.20
+    assert p.upload_min == 512 and p.checkpoint_tail == 4 and p.upload_expert_ms == 1.20
     # the split-path slope it encodes: 1.5 + 0.935 L cpu + (k - 0.935) L gpu = 3.2 ms per token
     L, k = 43, 6
     assert 1.5 + 0.935 * L * p.cpu_route_ms + (k - 0.935) * L * p.gpu_route_ms == pytest.approx(3.2)
@@ -144,7 +144,7 @@ def _toy_inputs(tmp_path) -> list[str]:
                                                 [0, 0], slots))
     (tmp_path / "p.yaml").write_text("decode_other_ms: 10\nprefill_token_ms: 1\nprefill_pass_ms: 5\n"
                                      "cpu_route_ms: 0.02\ncpu_layer_ms: 0.1\ngpu_route_ms: 0.001\n"
-                                     "upload_expert_ms: 0.5\nthreshold: 32\n")
+                                     "upload_expert_ms: 0.5\nupload_min: 32\n")
     return ["sim", "run", "--routing-dir", str(tmp_path), "--plan", str(tmp_path / "plan.json"),
             "--sim-params", str(tmp_path / "p.yaml"), "--per-layer", "2", "--no-progress",
             "--out-requests", str(tmp_path / "r.csv"), "--out-sessions", str(tmp_path / "s.csv")]

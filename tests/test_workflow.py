@@ -32,8 +32,8 @@ def test_default_dag_reaches_every_stage(tmp_path):
     for rule in ("build_engine", "synth_model", "get_traces", "split_sessions", "build_sessions", "replay",
                  "summarize_replay", "render_replay_summary", "render_table2", "make_routing", "render_routing_stats",
                  "simulate", "compute_limit", "render_sim_validation", "calibrate", "sweep_prefill", "render_fig7b",
-                 "check_memory_model", "capacity_replay_model", "render_result", "render_calibration",
-                 "render_predicted"):
+                 "check_memory_model", "run_replay_capacity_test", "render_result", "render_calibrate",
+                 "render_predicted", "check_costmodel", "plan_residency", "record_routing"):
         assert rule in proc.stdout, rule
 
 
@@ -91,7 +91,7 @@ def test_forced_routing_config_puts_traces_before_the_replay(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "make_routing" in proc.stdout and "--routing-force-dir results/routing/tau2-few" in proc.stdout
     # every preset gets the GPU memory of the ostinato pool
-    assert "--preset llama.cpp-layers" in proc.stdout and "--expert-fraction 0.5" in proc.stdout
+    assert "--preset llama.cpp-layers" in proc.stdout and "--resident-share 0.5" in proc.stdout
 
 
 def test_repeated_replays_alternate_the_engine_order(tmp_path):
@@ -165,9 +165,9 @@ def test_capacity_budget_sizes_the_pool_and_every_preset(tmp_path):
     cfg["replay"]["residency"]["budget"] = "capacity"
     path = tmp_path / "capacity.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = _snakemake("results/replay/swe-few/llama.cpp-layers.sessions.csv", "results/plan/replay/tiny-v4.plan.json",
+    proc = _snakemake("results/replay/swe-few/llama.cpp-layers.sessions.csv", "results/residency/replay/tiny-v4.plan.json",
                       "-n", "-p", "--forceall", "--cores", "1", "--configfile", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "--capacity results/plan/memory/tiny-v4.capacity.json" in proc.stdout
-    assert "--expert-capacity results/plan/memory/tiny-v4.capacity.json" in proc.stdout
-    assert "--resident-share" not in proc.stdout and "--expert-fraction" not in proc.stdout
+    assert "--capacity results/residency/memory/tiny-v4.capacity.json" in proc.stdout
+    assert "--expert-capacity results/residency/memory/tiny-v4.capacity.json" in proc.stdout
+    assert "--resident-share" not in proc.stdout

@@ -9,7 +9,7 @@ import sys
 # Each module exposes `register(subparsers)`, adding its group; the handler is set with
 # `parser.set_defaults(func=...)` and receives the parsed namespace.
 _GROUPS = (
-    "ostinato.build.cli",
+    "ostinato.engine.cli",
     "ostinato.models.cli",
     "ostinato.routing.cli",
     "ostinato.sessions.cli",
@@ -19,7 +19,8 @@ _GROUPS = (
     "ostinato.limit.cli",
     "ostinato.sim.cli",
     "ostinato.figures.cli",
-    "ostinato.bench.cli",
+    "ostinato.sweep.cli",
+    "ostinato.calibrate.cli",
 )
 
 

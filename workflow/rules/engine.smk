@@ -1,15 +1,10 @@
-# Stage 1, engine: the pinned llama.cpp with the patch series, built as the variants the pipeline runs (stock and
+# Stage engine: the pinned llama.cpp with the patch series, built as the variants the pipeline runs (stock and
 # ostinato, and upstream only when a replay engine asks for it; the test suite builds all three).
-from ostinato.build.patches import STAGES, stage_inputs
-from pathlib import Path as _Path
-
-PIPELINE_VARIANTS = [v for v in STAGES if v in {"stock", "ostinato"} | {
-    e["variant"] for e in config["replay"]["engines"].values() if e.get("variant")}]
 
 
 rule build_engine:
     input:
-        stage_inputs(_Path("engine"), "ostinato"),
+        stage_inputs(Path("engine"), "ostinato"),
     output:
         expand("{d}/{v}/bin/{t}", d=ENGINE_DIR, v=PIPELINE_VARIANTS, t=["llama-server", "llama-bench"]),
         expand("{d}/{v}/manifest.json", d=ENGINE_DIR, v=PIPELINE_VARIANTS),
@@ -25,5 +20,5 @@ rule build_engine:
         jobs=lambda wildcards, threads: config["engine"]["jobs"] or threads,
         variants=",".join(PIPELINE_VARIANTS),
     shell:
-        "ostinato engine build --backend {params.backend} --variants {params.variants} {params.cuda_arch} {params.sdist} "
-        "--jobs {params.jobs} --out build/engine --log {log} >> {log} 2>&1"
+        "ostinato engine build --backend {params.backend} --variants {params.variants} {params.cuda_arch} "
+        "{params.sdist} --jobs {params.jobs} --out build/engine --log {log} >> {log} 2>&1"

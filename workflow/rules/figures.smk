@@ -1,4 +1,6 @@
-# Stage 10, figures: papermill runs one notebook per result; the executed notebook is kept as an output.
+# Stage figures: papermill runs one notebook per paper result (and the replay summary, and predicted against
+# measured); the executed notebook is kept as an output. Each renders the paper's numbers, this run's replays, the
+# shipped reference replays and the simulator side by side, every series labelled by what it is.
 
 
 rule write_replay_summary_params:
@@ -10,7 +12,7 @@ rule write_replay_summary_params:
         "../../environment.yml"
     params:
         machine=MACHINE,
-        engines="[" + ", ".join(config["replay"]["engines"]) + "]",
+        engines=yaml_list(REPLAY["engines"]),
     shell:
         "ostinato figures params --out {output} --set summary_csv=results/replay/sessions.csv "
         "--set figures_dir=figures --set tables_dir=tables --set 'machine={params.machine}' "
@@ -26,10 +28,7 @@ rule render_replay_summary:
         requests="results/replay/requests.csv",
     output:
         notebook="results/figures/replay_summary.ipynb",
-        pdf="figures/replay_summary.pdf",
-        png="figures/replay_summary.png",
-        csv="tables/replay_summary.csv",
-        md="tables/replay_summary.md",
+        **notebook_outputs("replay_summary"),
         compare_csv="tables/replay_compare.csv",
         compare_md="tables/replay_compare.md",
     log:
@@ -76,38 +75,6 @@ rule render_result:
         "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"
 
 
-rule write_calibration_params:
-    output:
-        "results/figures/calibration.params.yaml",
-    log:
-        "results/figures/write_calibration_params.log",
-    conda:
-        "../../environment.yml"
-    params:
-        opts=calibration_params(),
-    shell:
-        "ostinato figures params --out {output} {params.opts} > {log} 2>&1"
-
-
-rule render_calibration:
-    input:
-        notebook="notebooks/calibration.ipynb",
-        params="results/figures/calibration.params.yaml",
-        fits=calibration_inputs(),
-    output:
-        notebook="results/figures/calibration.ipynb",
-        pdf="figures/calibration.pdf",
-        png="figures/calibration.png",
-        csv="tables/calibration.csv",
-        md="tables/calibration.md",
-    log:
-        "results/figures/calibration.log",
-    conda:
-        "../../environment.yml"
-    shell:
-        "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"
-
-
 rule write_predicted_params:
     output:
         "results/figures/predicted.params.yaml",
@@ -116,22 +83,24 @@ rule write_predicted_params:
     conda:
         "../../environment.yml"
     params:
-        opts=predicted_params(),
+        fits=yaml_list(f for f, _, _ in predicted_sources()),
+        sweeps=yaml_list(d for _, d, _ in predicted_sources()),
+        machines=json.dumps([m for _, _, m in predicted_sources()]),
+        machine=MACHINE,
     shell:
-        "ostinato figures params --out {output} {params.opts} > {log} 2>&1"
+        "ostinato figures params --out {output} --set 'fits={params.fits}' --set 'sweeps={params.sweeps}' "
+        "--set 'machines={params.machines}' --set 'machine={params.machine}' "
+        "--set figures_dir=figures --set tables_dir=tables --set output_stem=predicted > {log} 2>&1"
 
 
 rule render_predicted:
     input:
         notebook="notebooks/predicted.ipynb",
         params="results/figures/predicted.params.yaml",
-        data=predicted_inputs(),
+        data=[p for f, d, _ in predicted_sources() for p in (f, f"{d}/summary.json", f"{d}/cold.json")],
     output:
         notebook="results/figures/predicted.ipynb",
-        pdf="figures/predicted.pdf",
-        png="figures/predicted.png",
-        csv="tables/predicted.csv",
-        md="tables/predicted.md",
+        **notebook_outputs("predicted"),
     log:
         "results/figures/predicted.log",
     conda:

@@ -1,4 +1,4 @@
-# Stage 2, models: synthesize a GGUF from a named shape spec, or download real weights with a checksum.
+# Stage models: synthesize a GGUF from a named shape spec, or download real weights with a checksum.
 
 
 rule synth_model:

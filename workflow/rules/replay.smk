@@ -1,17 +1,14 @@
-# Stage 8, replay: each engine variant replays the session sets through llama-server, one session at a time, in a
-# fixed order (replay_order: the engine order alternates between sets and between repeated runs).
+# Stage replay: each configured engine replays the session sets through llama-server (or an engine reached by URL),
+# one session at a time, in a fixed order (replay_order: the engine order alternates between sets and between
+# repeated runs). A replay writes its per-session results into a partial directory, so an interrupted run resumes
+# there, and moves it to its output directory when complete: `--forcerun replay` measures again from scratch.
 
 
 rule replay:
     input:
-        server=lambda w: replay_server_inputs(w.engine),
-        model=lambda w: [] if engine_url(w.engine) else f"models/{config['replay']['model']}.gguf",
-        sessions="results/sessions/{set}.jsonl",
-        routing=lambda w: f"results/routing/{w.set}" if config["replay"].get("routing_force") else [],
-        plan=lambda w: replay_plan(w.engine),
-        capacity=lambda w: (replay_capacity() or []) if config["replay"]["engines"][w.engine].get("preset") else [],
-        after=replay_after,
+        unpack(replay_inputs),
     output:
+        results=directory("results/replay/{run}{set}/{engine}"),
         sessions="results/replay/{run}{set}/{engine}.sessions.csv",
         requests="results/replay/{run}{set}/{engine}.requests.csv",
     log:
@@ -21,32 +18,29 @@ rule replay:
     wildcard_constraints:
         run=run_pattern(),
         set=name_pattern(config["sessions"]["sets"]),
-        engine=name_pattern(config["replay"]["engines"]),
+        engine=name_pattern(REPLAY["engines"]),
     threads: workflow.cores
     resources:
         bench=1,
     params:
-        server_args=lambda w: server_args(w.engine),
-        env=lambda w: server_env(w.engine),
+        partial="results/replay/{run}{set}/.partial",  # an interrupted replay resumes here; moved when complete
+        server=lambda w: server_opts(w.engine),
         preset=lambda w, input: preset_opts(w.engine, input),
-        routing=lambda w, input: (f"--routing-force-dir {input.routing} "
-                                  f"--routing-record-dir results/replay/{w.run}{w.set}/{w.engine}/routing")
-                                 if input.routing else "",
+        routing=lambda w, input: routing_opts(w, input, f"results/replay/{w.run}{w.set}/.partial"),
         machine=MACHINE,
         reach=lambda w, input: replay_reach(w.engine, input),
     shell:
-        "(ostinato replay run --engine-name {wildcards.engine} {params.reach} "
-        "--sessions {input.sessions} --out results/replay/{wildcards.run}{wildcards.set} "
-        "--machine-label {params.machine} {params.preset} {params.routing} {params.server_args} {params.env} "
-        "--no-progress "
-        "--on-setup-change restart "
-        "&& ostinato replay summarize --in results/replay/{wildcards.run}{wildcards.set}/{wildcards.engine} "
-        "--out {output.sessions} --requests-out {output.requests}) > {log} 2>&1"
+        "(ostinato replay run --engine-name {wildcards.engine} {params.reach} --sessions {input.sessions} "
+        "--out {params.partial} --machine-label {params.machine} {params.preset} {params.routing} {params.server} "
+        "--no-progress --on-setup-change restart "
+        "&& mv {params.partial}/{wildcards.engine} {output.results} "
+        "&& ostinato replay summarize --in {output.results} --out {output.sessions} "
+        "--requests-out {output.requests}) > {log} 2>&1"
 
 
 rule summarize_replay:
     input:
-        [f"results/replay/{r}{s}/{e}.sessions.csv" for r, s, e in replay_order()],
+        [f"results/replay/{r}{s}/{e}{x}" for r, s, e in replay_order() for x in ("", ".sessions.csv")],
     output:
         sessions="results/replay/sessions.csv",
         requests="results/replay/requests.csv",

@@ -1,6 +1,5 @@
-# Stage 4, routing: synthetic routing traces calibrated to the paper's routing facts (one file per session,
-# the engine's record/force format, flagged synthetic), their Section 2.3 statistics and the notebook.
-check_routing_config()
+# Stage routing: synthetic routing traces calibrated to the paper's routing facts (one file per session, the engine's
+# record/force format, flagged synthetic), their Section 2.3 statistics and the notebook.
 
 
 rule make_routing:
@@ -20,7 +19,7 @@ rule make_routing:
         "ostinato routing generate {params.opts} --out {output} --no-progress > {log} 2>&1"
 
 
-rule routing_stats:
+rule compute_routing_stats:
     input:
         dev=routing_stats_dirs("dev"),
         heldout=routing_stats_dirs("heldout"),
@@ -31,10 +30,11 @@ rule routing_stats:
     conda:
         "../../environment.yml"
     params:
-        opts=routing_stats_opts(),
+        decode=ROUTING["stats"]["n_resident_decode"],
+        prefill=ROUTING["stats"]["n_resident_prefill"],
     shell:
-        "ostinato routing stats --dev {input.dev} --heldout {input.heldout} {params.opts} "
-        "--out {output} > {log} 2>&1"
+        "ostinato routing stats --dev {input.dev} --heldout {input.heldout} --n-resident-decode {params.decode} "
+        "--n-resident-prefill {params.prefill} --out {output} > {log} 2>&1"
 
 
 rule write_routing_stats_params:
@@ -56,10 +56,7 @@ rule render_routing_stats:
         stats="results/routing/stats.json",
     output:
         notebook="results/routing/routing_stats.ipynb",
-        pdf="figures/routing_stats.pdf",
-        png="figures/routing_stats.png",
-        csv="tables/routing_stats.csv",
-        md="tables/routing_stats.md",
+        **notebook_outputs("routing_stats"),
     log:
         "results/routing/render_routing_stats.log",
     conda:

@@ -1,4 +1,4 @@
-# Stage 3, sessions: public agent traces (local mirror, canonical URL, or the committed per-turn tables)
+# Stage sessions: public agent traces (local mirror, canonical URL, or the committed per-turn tables)
 # → per-turn tables → Table 2 splits → session sets as requests of token ids; the Table 2 notebook.
 
 
@@ -12,14 +12,9 @@ rule get_traces:
     wildcard_constraints:
         source=name_pattern(SESSION_SOURCES),
     params:
-        mirror=mirror_opt(),
-        table=lambda w: committed_table(w.source),
-        url=lambda w: source_url_opt(w.source),
-        probe="" if sessions_cfg("probe_urls", True) else "--no-probe",
-        download=lambda w: download_opts(w.source),
+        opts=lambda w: get_traces_opts(w.source),
     shell:
-        "ostinato sessions get --source {wildcards.source} {params.mirror} --table {params.table} "
-        "{params.url} {params.probe} {params.download} --out {output} > {log} 2>&1"
+        "ostinato sessions get --source {wildcards.source} {params.opts} --out {output} > {log} 2>&1"
 
 
 rule derive_tables:
@@ -52,7 +47,7 @@ rule split_sessions:
     conda:
         "../../environment.yml"
     params:
-        seed=sessions_cfg("split_seed", 0),
+        seed=SESSIONS["split_seed"],
     shell:
         "ostinato sessions split --swe-table {input.swe} --tau2-table {input.tau2} --seed {params.seed} "
         "--out {output} > {log} 2>&1"
@@ -68,9 +63,9 @@ rule build_sessions:
     conda:
         "../../environment.yml"
     wildcard_constraints:
-        set=name_pattern(config["sessions"]["sets"]),
+        set=name_pattern(SESSIONS["sets"]),
     params:
-        source=lambda w: config["sessions"]["sets"][w.set]["source"],
+        source=lambda w: SESSIONS["sets"][w.set]["source"],
         opts=lambda w: session_build_opts(w.set),
     shell:
         "ostinato sessions build --source {params.source} --traces {input.traces} {params.opts} --no-progress "
@@ -87,17 +82,14 @@ rule render_table2:
     output:
         params="results/sessions/table2.params.yaml",
         notebook="results/sessions/table2.ipynb",
-        pdf="figures/table2.pdf",
-        png="figures/table2.png",
-        csv="tables/table2.csv",
-        md="tables/table2.md",
+        **notebook_outputs("table2"),
     log:
         "results/sessions/render_table2.log",
     conda:
         "../../environment.yml"
     params:
-        tokenizer=config["sessions"].get("table2", {}).get("tokenizer", "deepseek"),
-        output_count=config["sessions"].get("table2", {}).get("output_count", "recorded"),
+        tokenizer=SESSIONS["table2"]["tokenizer"],
+        output_count=SESSIONS["table2"]["output_count"],
     shell:
         "(ostinato figures params --out {output.params} --set swe_table={input.swe} --set tau2_table={input.tau2} "
         "--set splits={input.splits} --set paper_csv={input.paper} --set tokenizer={params.tokenizer} "

@@ -1,14 +1,14 @@
-# Stage 9, sweep: the input-length sweep of Figure 7b. Each engine of sweep.engines (presets at equal GPU memory for
-# experts) prefills a prefix once, then sweep.sizes new tokens after it and decodes forced tokens
-# (`ostinato bench prefill`, routing forced from synthetic traces); the notebook puts this run beside the paper and
-# the H200 reference. Runs alone: it is timed work.
+# Stage sweep: the input-length sweep of Figure 7b. Each engine of sweep.engines (presets at equal GPU memory for
+# experts) prefills a prefix once, then sweep.sizes new tokens after it and decodes forced tokens (`ostinato sweep`,
+# routing forced from synthetic traces); the fig7b notebook puts this run beside the paper and the shipped H200 sweep.
+# Runs alone: it is timed work.
 
 
 rule sweep_prefill:
     input:
         stock=engine_bin("stock"),
         ostinato=engine_bin("ostinato"),
-        model=f"models/{config['replay']['model']}.gguf",
+        model=f"models/{REPLAY_MODEL}.gguf",
         tree=f"{ENGINE_DIR}/stock/manifest.json",
     output:
         rows="results/sweep/rows.csv",
@@ -22,11 +22,11 @@ rule sweep_prefill:
     resources:
         bench=1,
     params:
-        opts=sweep_opts(),
+        opts=lambda w: sweep_opts(),
         tree=f"{ENGINE_DIR}/tree",
         variants=lambda w, input: str(Path(input.stock).parents[2]),
     shell:
-        "ostinato bench prefill --model {input.model} --llama-tree {params.tree} --variants-dir {params.variants} "
+        "ostinato sweep --model {input.model} --llama-tree {params.tree} --variants-dir {params.variants} "
         "--threads {threads} {params.opts} --out results/sweep --no-progress > {log} 2>&1"
 
 
@@ -39,11 +39,13 @@ rule write_fig7b_params:
         "../../environment.yml"
     params:
         machine=MACHINE,
-        baseline=sweep_cfg("engines", ["llama.cpp-layers"])[0],
+        baseline=lambda w: SWEEP["engines"][0],
+        reference=REFERENCE_SWEEP,
+        reference_machine=FIGURES["reference_machine"],
     shell:
         "ostinato figures params --out {output} --set summary_json=results/sweep/summary.json "
         "--set 'machine={params.machine}' --set baseline={params.baseline} "
-        "--set reference_json=data/reference/h200/residency/bench/summary.json --set reference_machine=h200 "
+        "--set 'reference_json={params.reference}' --set 'reference_machine={params.reference_machine}' "
         "--set figures_dir=figures --set tables_dir=tables --set output_stem=fig7b > {log} 2>&1"
 
 
@@ -52,12 +54,10 @@ rule render_fig7b:
         notebook="notebooks/fig7b.ipynb",
         params="results/sweep/fig7b.params.yaml",
         summary="results/sweep/summary.json",
+        reference=REFERENCE_SWEEP or [],
     output:
         notebook="results/sweep/fig7b.ipynb",
-        pdf="figures/fig7b.pdf",
-        png="figures/fig7b.png",
-        csv="tables/fig7b.csv",
-        md="tables/fig7b.md",
+        **notebook_outputs("fig7b"),
     log:
         "results/sweep/fig7b.log",
     conda:

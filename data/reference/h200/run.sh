@@ -51,7 +51,7 @@ replay)
         --requests-out "$OUT/requests-$engine.csv"
   done
   tar czf "$OUT/replay.tar.gz" -C "$OUT" replay && rm -rf "$OUT/replay"
-  OSTINATO_ENGINE_BACKEND="$BACKEND" python3 -m pytest -q -p no:cacheprovider tests/test_engine.py \
+  OSTINATO_ENGINE_BACKEND="$BACKEND" python3 -m pytest -q -p no:cacheprovider tests/test_engine_replay.py \
       > "$OUT/test_engine.txt" 2>&1 || true
   tail -3 "$OUT/test_engine.txt"
   cat "$OUT"/sessions-*.csv

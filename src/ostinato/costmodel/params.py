@@ -61,7 +61,7 @@ class ModelCosts:
     upload_ms_idle: float            # one expert over an idle bus
     upload_ms_loaded: float          # one expert while the CPU reads host memory
     cpu_token_expert_ms: float       # CPU time of one token through one expert
-    prefill_threshold: int           # Np
+    upload_min: int                  # Np: passes of >= upload_min tokens take the upload path
     gpu_branch_ms_range: tuple[float, float] | None = None
     delta_ms_range: tuple[float, float] | None = None
     extra: dict = field(default_factory=dict)
@@ -111,10 +111,10 @@ def _model_from_dict(name: str, d: dict) -> ModelCosts:
                          f"n_moe_layer is {d['n_moe_layer']}")
     up = d.get("upload", {})
     known = {"n_moe_layer", "n_expert", "n_expert_used", "classes", "upload", "cpu_token_expert_ms",
-             "prefill_threshold", "gpu_branch_ms_range", "delta_ms_range"}
+             "upload_min", "gpu_branch_ms_range", "delta_ms_range"}
     return ModelCosts(name, int(d["n_moe_layer"]), int(d["n_expert"]), int(d["n_expert_used"]), tuple(classes),
                       float(up.get("expert_ms_idle", np.nan)), float(up.get("expert_ms_loaded", np.nan)),
-                      float(d.get("cpu_token_expert_ms", np.nan)), int(d.get("prefill_threshold", 512)),
+                      float(d.get("cpu_token_expert_ms", np.nan)), int(d.get("upload_min", 512)),
                       _pair(d.get("gpu_branch_ms_range")), _pair(d.get("delta_ms_range")),
                       {k: v for k, v in d.items() if k not in known})
 

@@ -10,7 +10,7 @@ from ostinato.figures.style import (
     series_palette,
     styled,
 )
-from ostinato.figures.tables import save_table, to_markdown
+from ostinato.tables import save_table, to_markdown
 
 __all__ = ["apply_style", "engine_label", "engine_palette", "save_figure", "series_kind", "series_label", "series_palette", "styled",
            "save_table", "to_markdown"]

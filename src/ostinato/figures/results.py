@@ -287,8 +287,8 @@ def prefill_paths(compared: pd.DataFrame, table8_csv: str | Path) -> pd.DataFram
 
 
 def predict_sweep(fit: dict, summary: dict, cold: dict, engine: str = "ostinato") -> pd.DataFrame:
-    """Predicted against measured: the cost model with a machine's calibration (`ostinato bench calibrate`'s
-    `fit.json`) predicts the Figure 7b sweep on that machine (`ostinato bench prefill`'s `summary.json` and
+    """Predicted against measured: the cost model with a machine's calibration (`ostinato calibrate`'s
+    `fit.json`) predicts the Figure 7b sweep on that machine (`ostinato sweep`'s `summary.json` and
     `cold.json`, forced routing) for the target engine.
 
     Split path (passes below Np): base(n) + L·(c_layer + c_route·n·m), with base(n) the fitted r = 0 line, L the
@@ -298,7 +298,7 @@ def predict_sweep(fit: dict, summary: dict, cold: dict, engine: str = "ostinato"
     prediction (the sweep does not record how many distinct experts each pass uploads).
     """
     meta = summary.get("meta", {})
-    np_min = int(meta.get("np_min", 512))
+    upload_min = int(meta["upload_min"])
     c = cold.get("placements", {}).get(engine) or meta.get("cold", {}).get(engine)
     if c is None:
         raise ValueError(f"cold routes of engine {engine!r} not in cold.json (engines: {list(cold.get('placements', {}))})")
@@ -310,8 +310,8 @@ def predict_sweep(fit: dict, summary: dict, cold: dict, engine: str = "ostinato"
         if r["kind"] == "prefill":
             n = int(r["n_new"])
             row = {"kind": "prefill", "n_new": n, "measured_ms": 1e3 * float(r["median_s"]),
-                   "path": "split" if n < np_min else "upload"}
-            if n < np_min:
+                   "path": "split" if n < upload_min else "upload"}
+            if n < upload_min:
                 pred = (fit["prefill_pass_ms"] + fit["prefill_token_ms"] * n
                         + n_layer * (fit["cpu_layer_ms"] + fit["cpu_route_ms"] * n * float(c["prefill"])))
                 row.update(predicted_ms=pred, predicted_low_ms=pred, predicted_high_ms=pred)

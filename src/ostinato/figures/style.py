@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Iterator
 
 import matplotlib
 
@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # figures are files; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-SeriesKind = Literal["paper", "measured", "simulated"]
+from ostinato.series import SERIES_KINDS, SeriesKind, series_kind, series_label  # noqa: E402,F401
 
 # Fixed colours per engine so a variant looks the same in every figure.
 ENGINE_COLORS: dict[str, str] = {
@@ -45,17 +45,6 @@ RC: dict[str, object] = {
 }
 
 
-def series_label(kind: SeriesKind, name: str | None = None) -> str:
-    """Return a series label: `paper`, `measured (<machine>)` or `simulated (<profile>)`."""
-    if kind == "paper":
-        return "paper"
-    if kind not in ("measured", "simulated"):
-        raise ValueError(f"series kind {kind!r} is not one of paper, measured, simulated")
-    if not name:
-        raise ValueError(f"a {kind} series needs a {'machine' if kind == 'measured' else 'profile'} name")
-    return f"{kind} ({name})"
-
-
 def engine_label(engine: str, kind: SeriesKind, name: str | None = None) -> str:
     """Return the legend entry of an engine's series, e.g. `ostinato, measured (h200)`."""
     return f"{engine}, {series_label(kind, name)}"
@@ -74,21 +63,13 @@ def engine_palette(engines: list[str]) -> dict[str, str]:
 
 
 # One colour per series kind; several measured or simulated series get shades of their kind's colour.
-SERIES_COLORS: dict[str, str] = {"paper": "#4d4d4d", "measured": "#1f77b4", "simulated": "#ff7f0e"}
-
-
-def series_kind(label: str) -> str:
-    """The kind of a series label (`paper`, `measured`, `simulated`)."""
-    kind = label.split(" (", 1)[0]
-    if kind not in SERIES_COLORS:
-        raise ValueError(f"series label {label!r} is not `paper`, `measured (...)` or `simulated (...)`")
-    return kind
+SERIES_COLORS: dict[str, str] = dict(zip(SERIES_KINDS, ("#4d4d4d", "#1f77b4", "#ff7f0e")))
 
 
 def series_palette(labels: list[str]) -> dict[str, str]:
     """A colour per series label: grey for the paper, blues for measured series, oranges for simulated ones."""
     out: dict[str, str] = {}
-    for kind in SERIES_COLORS:
+    for kind in SERIES_KINDS:
         same = [lab for lab in labels if series_kind(lab) == kind]
         shades = sns.light_palette(SERIES_COLORS[kind], n_colors=len(same) + 2, reverse=True).as_hex()
         out.update({lab: shades[i] for i, lab in enumerate(same)})

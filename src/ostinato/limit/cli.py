@@ -11,7 +11,7 @@ import numpy as np
 from ostinato.atomic import atomic_open
 from ostinato.limit.belady import LimitResult, limit_for_trace
 from ostinato.routing.trace import read_trace, trace_filename
-from ostinato.sim.engine import Request
+from ostinato.sim.session import Request
 from ostinato.sim.run import read_sessions
 
 

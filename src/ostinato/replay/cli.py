@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from ostinato.engines import PRESETS, EngineConfig, ExpertBudget, expert_budget_from_gguf, preset
+from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
-from ostinato.replay.server import ExternalServer, LlamaServer, ServerConfig
+from ostinato.server.launcher import ExternalServer, LlamaServer, ServerConfig
 from ostinato.replay.store import ResultStore, write_json_atomic
+from ostinato.residency.budget import resolve_budget
 from ostinato.sessions.model import read_sessions_jsonl
 
 
@@ -54,10 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--routing-record-dir", type=Path, default=None,
                    help="record the engine's routing of each session to DIR/<session>.route")
     r.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="named engine configuration: its placement flags and environment come first (ostinato.engines)")
+                   help="named engine configuration: its placement flags and environment come first (ostinato.presets)")
     r.add_argument("--expert-budget-gib", type=float, default=None,
                    help="with --preset: GPU memory for routed experts, the same for every compared engine (default: no limit)")
-    r.add_argument("--expert-fraction", type=float, default=None,
+    r.add_argument("--resident-share", type=float, default=None,
                    help="with --preset, instead of --expert-budget-gib: GPU memory for routed experts as a share of all "
                         "their bytes (e.g. the share the ostinato engine's pool holds)")
     r.add_argument("--expert-capacity", type=Path, default=None,
@@ -65,8 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(`ostinato residency capacity`), summed over its GPUs")
     r.add_argument("--llama-tree", type=Path, default=None,
                    help="with --preset: the pinned llama.cpp tree, whose gguf-py reads the model's expert sizes")
-    r.add_argument("--residency-plan", default=None, help="with --preset ostinato or ostinato-native-prefill: the residency plan file")
-    r.add_argument("--residency-upload-min", type=int, default=512, help="with --preset ostinato: Np")
+    r.add_argument("--plan", default=None, help="with a preset of PLAN_PRESETS (ostinato, ostinato-native-prefill): "
+                   "the residency plan file (--residency-plan of the engine)")
+    r.add_argument("--upload-min", type=int, default=UPLOAD_MIN,
+                   help=f"with --preset ostinato: Np, the smallest pass that takes the upload path "
+                        f"(--residency-upload-min of the engine; default {UPLOAD_MIN})")
     r.add_argument("--machine-label", default=None, help="short machine name for plots (default from the hardware)")
     r.add_argument("--select", type=int, default=0, help="replay only the first N sessions of the file (0 = all)")
     r.add_argument("--retry-failed", action="store_true", help="replay sessions recorded as failed again")
@@ -110,36 +114,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _engine_preset(args: argparse.Namespace) -> EngineConfig:
     """The named configuration of --preset for this model and budget (no flags without --preset)."""
-    fraction = getattr(args, "expert_fraction", None)
-    capacity = getattr(args, "expert_capacity", None)
-    given = [f for f, v in (("--expert-budget-gib", args.expert_budget_gib), ("--expert-fraction", fraction),
-                            ("--expert-capacity", capacity)) if v is not None]
+    given = [f for f, v in (("--expert-budget-gib", args.expert_budget_gib), ("--resident-share", args.resident_share),
+                            ("--expert-capacity", args.expert_capacity)) if v is not None]
     if args.preset is None:
         if given:
             raise ValueError(f"{given[0]} needs --preset")
         return EngineConfig(args.engine_name, "")
     if args.llama_tree is None:
         raise ValueError("--preset needs --llama-tree (the pinned llama.cpp tree whose gguf-py reads the model)")
-    if len(given) > 1:
-        raise ValueError(f"{', '.join(given)}: each sets the budget; give one")
-    if capacity is not None:
-        from ostinato.residency.capacity import Capacity
-
-        if not Path(capacity).is_file():
-            raise FileNotFoundError(f"--expert-capacity {capacity}: not found (`ostinato residency capacity --out`)")
-        pool = Capacity.from_json(Path(capacity).read_text(encoding="utf-8")).pool_bytes
-        full = expert_budget_from_gguf(args.model, args.llama_tree, None)
-        budget = ExpertBudget(full.layer_bytes, int(sum(pool)))
-    elif fraction is not None:
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"--expert-fraction {fraction}: expected a share in [0, 1]")
-        full = expert_budget_from_gguf(args.model, args.llama_tree, None)
-        budget = ExpertBudget(full.layer_bytes, int(fraction * sum(full.layer_bytes)))
-    else:
-        budget_bytes = None if args.expert_budget_gib is None else int(args.expert_budget_gib * (1 << 30))
-        budget = expert_budget_from_gguf(args.model, args.llama_tree, budget_bytes)
-    return preset(args.preset, budget, plan=getattr(args, "residency_plan", None),
-                  upload_min=getattr(args, "residency_upload_min", 512))
+    budget = resolve_budget(args.model, args.llama_tree, args.expert_budget_gib, args.resident_share,
+                            args.expert_capacity)
+    return preset(args.preset, budget, plan=args.plan, upload_min=args.upload_min)
 
 
 def _check_server_args(args: argparse.Namespace) -> None:

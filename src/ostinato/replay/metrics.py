@@ -12,8 +12,8 @@ import pandas as pd
 from scipy import stats
 
 from ostinato.atomic import atomic_open
-from ostinato.figures.style import series_label
-from ostinato.figures.tables import to_markdown
+from ostinato.series import series_label
+from ostinato.tables import to_markdown
 from ostinato.sessions.model import KINDS
 
 CiMethod = Literal["BCa", "percentile", "basic"]

@@ -13,7 +13,7 @@ import httpx
 from tqdm import tqdm
 
 from ostinato.atomic import sha256_file
-from ostinato.replay.client import RequestInput, RequestOutput, erase_slot, send_completion
+from ostinato.server.client import RequestInput, RequestOutput, erase_slot, send_completion
 from ostinato.replay.store import ResultStore, write_json_atomic
 from ostinato.routing.trace import trace_filename
 from ostinato.sessions.model import TokenizedSession

@@ -11,8 +11,9 @@ import numpy as np
 from ostinato.atomic import atomic_open
 from ostinato.residency.capacity import (Capacity, capacity_test, load_memory_model, longest_request_tokens,
                                          split_layers)
-from ostinato.residency.planfile import PlanFile, write_plan
-from ostinato.residency.planner import plan_frequency
+from ostinato.models.gguf_shape import moe_shape_from_gguf
+from ostinato.residency.budget import check_shape, plan_from_profile, slots_for_share
+from ostinato.residency.planfile import write_plan
 from ostinato.residency.profile import profile_from_traces, read_profile, write_profile
 from ostinato.residency.summary import plan_summary
 
@@ -48,7 +49,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     n_layer = dev.shape.n_layer
     shape = None
     if args.gguf:  # read once: it gives the slots of --resident-share and each layer's expert bytes
-        from ostinato.residency.gguf_shape import moe_shape_from_gguf
         if not args.llama_tree:
             raise ValueError("--gguf needs --llama-tree (the pinned tree whose gguf-py reads the model)")
         shape = moe_shape_from_gguf(args.gguf, args.llama_tree)
@@ -61,10 +61,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if args.resident_share is not None:
             if not args.gguf or args.slots:
                 raise ValueError("--resident-share needs --gguf and replaces --slots")
-            if not 0 <= args.resident_share <= 1:
-                raise ValueError(f"--resident-share {args.resident_share}: expected a share in [0, 1]")
-            n_routed = len(shape.moe_layers()) * dev.shape.n_expert
-            args.slots = str(int(round(args.resident_share * n_routed)))
+            args.slots = str(slots_for_share(dev, shape, args.resident_share))
         if not args.slots or not (args.expert_bytes or args.gguf):
             raise ValueError("give --capacity, or --slots with --expert-bytes or --gguf")
         slots = [int(x) for x in args.slots.split(",")]
@@ -74,16 +71,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         pool = [s * one for s in slots]
     if args.gguf:
         # the engine checks every layer's expert bytes against the model: take them from the model itself
-        if (shape.n_layer, shape.n_expert, shape.n_expert_used) != (n_layer, dev.shape.n_expert, dev.shape.n_expert_used):
-            raise ValueError(f"--gguf {args.gguf}: {shape.n_layer} layers, {shape.n_expert} experts, k={shape.n_expert_used}; "
-                             f"the profile has {n_layer}, {dev.shape.n_expert}, {dev.shape.n_expert_used}")
+        check_shape(dev, shape)
         eb = np.asarray(shape.expert_bytes, dtype=np.int64)
         if not args.capacity:
             pool = [s * int(eb.max()) for s in slots]
-    plan = plan_frequency(dev.counts, layer_gpu, eb, pool)
-    pf = PlanFile(args.model_name, n_layer, dev.shape.n_expert, dev.shape.n_expert_used, [int(x) for x in eb],
-                  [[int(l) for l in np.flatnonzero(layer_gpu == j)] for j in range(len(pool))],
-                  [int(x) for x in pool], plan.gpu_slots, dev.sha256())
+    pf, plan = plan_from_profile(dev, layer_gpu, eb, pool, args.model_name)
     cs = write_plan(args.out, pf)
     held = read_profile(args.heldout) if args.heldout else None
     summ = plan_summary(plan.hot, layer_gpu, dev, held)

@@ -16,7 +16,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ostinato.replay.server import LlamaServer, ServerConfig
+from ostinato.server.launcher import LlamaServer, ServerConfig
 
 MIB = 2**20
 # "<time> I <func>:  <device> <what> buffer size =  X MiB", e.g. "llama_kv_cache:  CPU KV buffer size =  1.00 MiB"

@@ -19,7 +19,7 @@ class SimParams:
     gpu_route_ms: float             # GPU time per route in a batched pass
     upload_expert_ms: float         # one expert over PCIe (under CPU load where the CPU also works)
     n_ubatch: int = 2048            # largest forward pass
-    threshold: int = 512            # Np: passes >= threshold take the upload path
+    upload_min: int = 512           # Np: passes of >= upload_min tokens take the upload path
     cache_max_pass: int = 32        # expert caches serve passes of at most this many tokens
     checkpoint_tail: int = 0        # llama.cpp context checkpoints: last tokens of a request prefilled separately
     buun_decay: float = 0.95        # decaying-count cache: score decay per decode step
@@ -45,4 +45,4 @@ def paper_illustrative(m: ModelCosts) -> SimParams:
     return SimParams(decode_other_ms=25.63 - eq1, prefill_token_ms=1.5,
                      prefill_pass_ms=5.0, cpu_route_ms=cpu_route, cpu_layer_ms=c.alpha_ms,
                      gpu_route_ms=gpu_route, upload_expert_ms=m.upload_ms_loaded,
-                     threshold=m.prefill_threshold, checkpoint_tail=4)
+                     upload_min=m.upload_min, checkpoint_tail=4)

@@ -13,7 +13,7 @@ import yaml
 from tqdm import tqdm
 
 from ostinato.costmodel.decode import LayerCosts
-from ostinato.sim.engine import Request, simulate_session
+from ostinato.sim.session import Request, simulate_session
 from ostinato.sim.params import SimParams
 from ostinato.routing.trace import trace_filename
 from ostinato.sim.policies import Policy

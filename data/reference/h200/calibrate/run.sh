@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 run of the op tests (issue 6) and of the cost model's calibration (issue 4): CUDA build of the engine
 # variants (with test-backend-ops and test-residency-ops), the op tests and the engine tests on the GPU build,
-# then `ostinato bench calibrate` on a DeepSeek-V4-Flash-shaped model.
+# then `ostinato calibrate` on a DeepSeek-V4-Flash-shaped model.
 # Run from the repository root on the GPU machine, in three parts (one device call each):
 #   bash data/reference/h200/calibrate/run.sh build       # about 6 minutes with 16 jobs
 #   bash data/reference/h200/calibrate/run.sh test        # op tests, then the engine tests on CUDA
@@ -44,7 +44,7 @@ test)
   "$BIN/test-residency-ops" -v > "$OUT/test-residency-ops.txt" 2>&1 || true
   tail -n 3 "$OUT/test-backend-ops.txt" "$OUT/test-residency-ops.txt"
   OSTINATO_ENGINE_BACKEND="$BACKEND" timeout 540 python3 -m pytest -q -p no:cacheprovider tests/test_engine_ops.py \
-      tests/test_calibrate.py tests/test_residency_engine.py tests/test_engine.py > "$OUT/tests.txt" 2>&1 || true
+      tests/test_calibrate.py tests/test_residency_engine.py tests/test_engine_replay.py > "$OUT/tests.txt" 2>&1 || true
   tail -n 5 "$OUT/tests.txt"
   ;;
 calibrate)
@@ -52,7 +52,7 @@ calibrate)
   [ -f "$MODEL" ] || ost models synth --spec "$SPEC" --vocab deepseek --expert-type mxfp4 --dense-type f16 \
       --llama-tree "build/engine/$BACKEND/tree" --out "$MODEL" --no-progress | tee "$OUT/log.txt"
   echo "synth_seconds $(( $(date +%s) - start ))" | tee -a "$OUT/log.txt"
-  ost bench calibrate --model "$MODEL" --llama-tree "build/engine/$BACKEND/tree" --variants-dir "build/engine/$BACKEND" \
+  ost calibrate --model "$MODEL" --llama-tree "build/engine/$BACKEND/tree" --variants-dir "build/engine/$BACKEND" \
       --machine h200 --model-name "$SPEC" --threads "$JOBS" --reps "$REPS" --decode 64 --decode-prompt 64 \
       --split-sizes 64,256 --upload-size 1024 --ctx 4096 --server-arg=--load-mode --server-arg=none \
       --out "$OUT/calibrate" 2>&1 | tee -a "$OUT/log.txt"

@@ -80,10 +80,10 @@ plan|replay)
     for eng in $order; do
       variant=stock; extra=()
       case "$eng" in
-        ostinato) variant=ostinato; extra=(--residency-plan "$PLAN" --residency-upload-min 512) ;;
-        ostinato-native-prefill) variant=ostinato; extra=(--residency-plan "$PLAN") ;;
+        ostinato) variant=ostinato; extra=(--plan "$PLAN" --upload-min 512) ;;
+        ostinato-native-prefill) variant=ostinato; extra=(--plan "$PLAN") ;;
       esac
-      ost replay run --engine-name "$eng" --preset "$eng" --llama-tree "$TREE" --expert-fraction "$SHARE" "${extra[@]}" \
+      ost replay run --engine-name "$eng" --preset "$eng" --llama-tree "$TREE" --resident-share "$SHARE" "${extra[@]}" \
           --server-bin "$VARIANTS/$variant/bin/llama-server" --model "$MODEL" --sessions "$SESSIONS/$set.jsonl" \
           --out "$OUT/replay/$set" "${COMMON[@]}" 2>&1 | tee -a "$OUT/log.txt"
       echo "replay_${set}_${eng}_done $(( $(date +%s) - start ))" | tee -a "$OUT/log.txt"

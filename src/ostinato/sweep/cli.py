@@ -1,0 +1,132 @@
+"""`ostinato sweep`: the input-length sweep of Figure 7b (TTFT by prefill size and decode TPOT of engine presets at
+equal GPU memory for experts, routing forced from synthetic traces)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ostinato.args import int_list
+from ostinato.atomic import atomic_open
+from ostinato.models.gguf_shape import moe_shape_from_gguf
+from ostinato.presets import RESIDENT_SHARE, UPLOAD_MIN, preset
+from ostinato.residency.budget import expert_budget_from_shape, plan_for_budget, share_budget
+from ostinato.residency.planfile import write_plan
+from ostinato.residency.profile import profile_from_traces
+from ostinato.routing.generator import PROFILES, write_session_trace
+from ostinato.routing.layout import RequestSpan, SessionLayout
+from ostinato.routing.shapes import custom_shape
+from ostinato.routing.trace import read_trace
+from ostinato.sweep.cold import cold_per_token_layer, whole_layer_hot
+from ostinato.sweep.prefill import BenchPlan, EngineRun, run_engine, summarize, write_rows, write_summary
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = Path(args.model)
+    shape = moe_shape_from_gguf(model, args.llama_tree)
+    rshape = custom_shape(shape.n_layer, shape.n_expert, shape.n_expert_used, shape.moe_layers())
+    if shape.n_vocab < 300:
+        raise ValueError(f"--model {model}: vocabulary of {shape.n_vocab} tokens; the benchmark draws prompt "
+                         f"tokens from ids 100..min(n_vocab, 20000)")
+    plan = BenchPlan(args.prefix, int_list(args.sizes, "--sizes", minimum=1), args.decode, args.reps,
+                     vocab_hi=min(shape.n_vocab, 20000), seed=args.seed)
+    profile = PROFILES[args.routing_profile]
+
+    # routing: development sessions (for the plan) and the benchmark's own session, same generator and workload
+    dev_paths = []
+    for i in range(args.dev_sessions):
+        p = out / "traces" / f"dev-{i}.route"
+        if not p.exists():
+            lay = SessionLayout(f"dev-{i}", (RequestSpan(0, "first", 0, args.dev_tokens, 0),))
+            write_session_trace(p, rshape, lay, profile, args.workload, seed=args.seed)
+        dev_paths.append(p)
+    bench_trace = out / "traces" / "bench.route"
+    if not bench_trace.exists():
+        lay = SessionLayout("bench", (RequestSpan(0, "first", 0, plan.prefix + max(plan.sizes), plan.n_decode + 1),))
+        write_session_trace(bench_trace, rshape, lay, profile, args.workload, seed=args.seed)
+    trace = read_trace(bench_trace)
+
+    # equal GPU memory for experts: a share of all routed-expert bytes, filled by the development profile's experts
+    budget = share_budget(expert_budget_from_shape(shape, None), args.resident_share)
+    plan_path = out / "plan.json"
+    pf, pl = plan_for_budget(profile_from_traces(dev_paths), shape, budget.budget_bytes)
+    write_plan(plan_path, pf)
+
+    # cold routes per token and layer under each placement, on the benchmark's prefill and decode positions
+    moe = shape.moe_layers()
+    n_gpu_layers = budget.layers_on_gpu()
+    placements = {"ostinato": pl.hot, "llama.cpp-layers": whole_layer_hot(shape.n_layer, shape.n_expert, moe[len(moe) - n_gpu_layers:]),
+                  "llama.cpp-cpu-experts": whole_layer_hot(shape.n_layer, shape.n_expert, [])}
+    lo_p, hi_p = plan.prefix, plan.prefix + max(plan.sizes)
+    cold = {name: {"prefill": cold_per_token_layer(trace, hot, lo_p, hi_p),
+                   "decode": cold_per_token_layer(trace, hot, hi_p, hi_p + plan.n_decode),
+                   "resident_experts": int(hot.sum())}
+            for name, hot in placements.items()}
+    with atomic_open(out / "cold.json", "w") as f:
+        f.write(json.dumps({"k": shape.n_expert_used, "budget_bytes": budget.budget_bytes, "placements": cold}, indent=2) + "\n")
+
+    bins = Path(args.variants_dir)
+    common = ["-c", str(args.ctx), "-t", str(args.threads), "-fa", "on", "--routing-force", str(bench_trace),
+              "-fit", "off", "-lv", "4", *args.server_arg]
+    rows = []
+    for name in args.engines.split(","):
+        if name == "ostinato":
+            cfg = preset("ostinato", budget, plan=str(plan_path), upload_min=args.upload_min)
+        else:
+            cfg = preset(name, budget)
+        run = EngineRun(cfg, bins / cfg.variant / "bin" / "llama-server", tuple(common))
+
+        def progress(engine, rep, n, o):
+            what = f"prefill {n}" if n >= 0 else "decode"
+            print(f"[bench] {engine} rep {rep} {what}: ttft {o.ttft} tpot {o.tpot} ok={o.success}",
+                  file=sys.stderr, flush=True)
+
+        print(f"[bench] {cfg.name}: {' '.join(cfg.server_args)} {cfg.env}", file=sys.stderr, flush=True)
+        rows += run_engine(run, model, plan, out, progress=None if args.no_progress else progress)
+        write_rows(out / "rows.csv", rows)
+
+    summ = summarize(rows, args.baseline)
+    write_summary(out / "summary.json", summ, {"model": str(model), "prefix": plan.prefix, "sizes": list(plan.sizes),
+                                               "n_decode": plan.n_decode, "reps": plan.reps, "upload_min": args.upload_min,
+                                               "resident_share": args.resident_share, "budget_bytes": budget.budget_bytes,
+                                               "engines": args.engines, "routing_profile": args.routing_profile,
+                                               "cold": cold})
+    for r in summ:
+        print(json.dumps(r))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `sweep` command."""
+    q = sub.add_parser("sweep", help="Figure 7b: TTFT by number of new tokens after a prefix, and decode TPOT, per "
+                                     "engine preset at equal GPU memory for experts (forced routing)")
+    q.add_argument("--model", required=True, help="GGUF model")
+    q.add_argument("--llama-tree", required=True, help="the pinned llama.cpp tree (its gguf-py reads the model)")
+    q.add_argument("--variants-dir", required=True, help="build/engine/<backend>: <variant>/bin/llama-server")
+    q.add_argument("--engines", default="llama.cpp-layers,llama.cpp-cpu-experts,ostinato",
+                   help="comma list of engine presets (ostinato: resident pools from the plan made here)")
+    q.add_argument("--baseline", default="llama.cpp-layers", help="engine the ratios refer to")
+    q.add_argument("--resident-share", type=float, default=RESIDENT_SHARE,
+                   help="GPU memory for routed experts, as a share of all their bytes (same for every engine; "
+                        f"default {RESIDENT_SHARE})")
+    q.add_argument("--upload-min", type=int, default=UPLOAD_MIN,
+                   help=f"Np of the ostinato engine (--residency-upload-min; default {UPLOAD_MIN})")
+    q.add_argument("--prefix", type=int, default=4096)
+    q.add_argument("--sizes", default="128,256,511,512,1024,2048")
+    q.add_argument("--decode", type=int, default=128, help="forced tokens of the decode request")
+    q.add_argument("--reps", type=int, default=3)
+    q.add_argument("--threads", type=int, default=16)
+    q.add_argument("--ctx", type=int, default=16384)
+    q.add_argument("--dev-sessions", type=int, default=4, help="synthetic development sessions for the plan")
+    q.add_argument("--dev-tokens", type=int, default=8192, help="positions of each development session")
+    q.add_argument("--workload", default="swe")
+    q.add_argument("--routing-profile", default="calibrated", choices=sorted(PROFILES))
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--server-arg", action="append", default=[], help="extra llama-server argument (repeat)")
+    q.add_argument("--out", required=True, help="directory: rows.csv, summary.json, plan.json, cold.json, logs")
+    q.add_argument("--no-progress", action="store_true")
+    q.set_defaults(func=_cmd_sweep)

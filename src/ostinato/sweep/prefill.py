@@ -1,0 +1,166 @@
+"""Prefill and decode benchmark of engine configurations on one machine, in one run (issue 6's H200 measurement).
+
+Per engine: start llama-server with routing forced from one trace, prefill a prefix once, then for each size n
+send the prefix plus n new tokens (the server reuses the cached prefix and prefills only the n new ones) and
+generate one forced token; TTFT is the client's time to the first streamed token, beside the server's
+`prompt_ms`. Decode: after the prefix and the largest size, generate forced tokens; TPOT per request.
+Every engine sees the same prompt tokens and the same routing rows, so their times compare.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ostinato.atomic import atomic_open
+from ostinato.presets import EngineConfig
+from ostinato.server.client import RequestInput, RequestOutput, erase_slot, send_completion
+from ostinato.server.launcher import LlamaServer, ServerConfig
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What one benchmark run sends; the same for every engine."""
+
+    prefix: int
+    sizes: tuple[int, ...]
+    n_decode: int
+    reps: int
+    vocab_lo: int = 100
+    vocab_hi: int = 20000
+    seed: int = 0
+
+    def tokens(self) -> tuple[list[int], dict[int, list[int]], list[int]]:
+        """Prefix, new tokens per size and forced output tokens.
+
+        Each size's new tokens start with a token no other size starts with, so a request shares only the
+        prefix with the request before it and the server prefills exactly its n new tokens.
+        """
+        rng = np.random.default_rng(self.seed)
+        draw = lambda n: [int(t) for t in rng.integers(self.vocab_lo + len(self.sizes), self.vocab_hi, size=n)]  # noqa: E731
+        prefix = draw(self.prefix)
+        new = {n: [self.vocab_lo + i] + draw(n - 1) for i, n in enumerate(self.sizes)}
+        return prefix, new, draw(max(self.n_decode, 1))
+
+    @property
+    def n_pos(self) -> int:
+        """Positions a forced routing trace must cover."""
+        return self.prefix + max(self.sizes) + self.n_decode + 1
+
+
+@dataclass
+class BenchRow:
+    """One measured request."""
+
+    engine: str
+    rep: int
+    kind: str            # prefill | decode
+    n_new: int           # new prompt tokens of the request
+    n_output: int
+    ttft_s: float | None
+    latency_s: float | None
+    tpot_s: float | None
+    prompt_n: int | None          # server: prompt tokens it processed
+    prompt_ms: float | None       # server: prompt processing time
+    predicted_per_token_ms: float | None
+    error: str = ""
+
+
+def _row(engine: str, rep: int, kind: str, n_new: int, out: RequestOutput) -> BenchRow:
+    t = out.timings or {}
+    return BenchRow(engine, rep, kind, n_new, out.n_output, out.ttft, out.latency, out.tpot,
+                    t.get("prompt_n"), t.get("prompt_ms"), t.get("predicted_per_token_ms"),
+                    "" if out.success else out.error)
+
+
+@dataclass
+class EngineRun:
+    """An engine configuration and where its binaries are."""
+
+    config: EngineConfig
+    server_bin: Path
+    extra_args: tuple[str, ...] = ()
+    rows: list[BenchRow] = field(default_factory=list)
+
+
+def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, startup_timeout_s: float = 900,
+               progress=None) -> list[BenchRow]:
+    """Measure one engine: one server, the prefix once, then `reps` rounds over the sizes and a decode."""
+    prefix, new, forced = plan.tokens()
+    cfg = ServerConfig(binary=run.server_bin, model=model, args=[*run.config.server_args, *run.extra_args],
+                       env=dict(run.config.env), log_path=log_dir / f"server-{run.config.name}.log",
+                       startup_timeout_s=startup_timeout_s)
+    rows: list[BenchRow] = []
+    with LlamaServer(cfg) as srv:
+        erase_slot(srv.client, srv.base_url)
+        warm = send_completion(srv.client, srv.base_url, RequestInput(tuple(prefix), 1, (forced[0],)))
+        rows.append(_row(run.config.name, -1, "prefix", len(prefix), warm))
+        for rep in range(plan.reps):
+            for n in plan.sizes:
+                out = send_completion(srv.client, srv.base_url,
+                                      RequestInput(tuple(prefix + new[n]), 1, (forced[0],)))
+                rows.append(_row(run.config.name, rep, "prefill", n, out))
+                if progress:
+                    progress(run.config.name, rep, n, out)
+            if plan.n_decode > 1:
+                # after the largest size (cached when it was the last one sent): decode positions follow it
+                n = max(plan.sizes)
+                out = send_completion(srv.client, srv.base_url,
+                                      RequestInput(tuple(prefix + new[n]), plan.n_decode, tuple(forced)))
+                rows.append(_row(run.config.name, rep, "decode", n, out))
+                if progress:
+                    progress(run.config.name, rep, -1, out)
+    return rows
+
+
+def write_rows(path: Path, rows: list[BenchRow]) -> None:
+    """All rows as CSV (atomic)."""
+    names = list(BenchRow.__dataclass_fields__)
+    with atomic_open(path, "w") as f:
+        w = csv.DictWriter(f, fieldnames=names)
+        w.writeheader()
+        for r in rows:
+            w.writerow(asdict(r))
+
+
+def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> list[dict]:
+    """Median TTFT per (engine, size) and decode TPOT; ratio to `baseline` with a 95% bootstrap CI over reps."""
+    from scipy.stats import bootstrap
+
+    def series(engine: str, kind: str, n: int | None) -> np.ndarray:
+        vals = {r.rep: (r.ttft_s if kind == "prefill" else r.tpot_s) for r in rows
+                if r.engine == engine and r.kind == kind and (n is None or r.n_new == n) and not r.error}
+        return np.array([vals[k] for k in sorted(vals) if vals[k] is not None], dtype=float)
+
+    engines = list(dict.fromkeys(r.engine for r in rows))
+    cases = [("prefill", n) for n in sorted({r.n_new for r in rows if r.kind == "prefill"})] + [("decode", None)]
+    out = []
+    for kind, n in cases:
+        base = series(baseline, kind, n)
+        for e in engines:
+            x = series(e, kind, n)
+            if x.size == 0:
+                continue
+            rec = {"engine": e, "kind": kind, "n_new": n if n is not None else "", "reps": int(x.size),
+                   "median_s": float(np.median(x)), "min_s": float(x.min()), "max_s": float(x.max())}
+            if base.size and e != baseline and x.size == base.size:
+                ratio = float(np.mean(x) / np.mean(base))
+                lo = hi = float("nan")
+                if x.size >= 3:
+                    ci = bootstrap((x, base), lambda a, b: np.mean(a) / np.mean(b), paired=True,
+                                   vectorized=False, n_resamples=n_resamples, method="percentile",
+                                   random_state=np.random.default_rng(0)).confidence_interval
+                    lo, hi = float(ci.low), float(ci.high)
+                rec.update({"ratio_to": baseline, "ratio": ratio, "ratio_ci_low": lo, "ratio_ci_high": hi})
+            out.append(rec)
+    return out
+
+
+def write_summary(path: Path, summary: list[dict], meta: dict) -> None:
+    with atomic_open(path, "w") as f:
+        f.write(json.dumps({"meta": meta, "rows": summary}, indent=2) + "\n")
+

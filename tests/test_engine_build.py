@@ -1,0 +1,150 @@
+"""The engine build: pin checks, backend choice, the patch queue and its export round trip."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ostinato.engine import backend as backend_mod
+from ostinato.engine.patches import STAGES, stage_inputs, stage_patches
+from ostinato.engine.pin import load_pin
+from ostinato.engine.source import fetch_sdist, verify_sdist
+from ostinato.engine.stages import read_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINE = REPO / "engine"
+
+
+def test_pin_is_complete():
+    pin = load_pin(ENGINE / "pin.json")
+    assert pin.build_number == 11312 and pin.commit.startswith("0c1e570") and len(pin.sha256) == 64
+
+
+def test_pin_missing_key_names_file_and_key(tmp_path):
+    data = json.loads((ENGINE / "pin.json").read_text())
+    del data["sha256"]
+    (tmp_path / "pin.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"pin.json: missing key 'sha256'"):
+        load_pin(tmp_path / "pin.json")
+
+
+def test_wrong_sdist_checksum_is_rejected(tmp_path):
+    pin = load_pin(ENGINE / "pin.json")
+    fake = tmp_path / pin.sdist
+    fake.write_bytes(b"not the sdist")
+    with pytest.raises(ValueError, match="does not match the pinned"):
+        verify_sdist(fake, pin)
+    with pytest.raises(ValueError, match="does not match the pinned"):
+        fetch_sdist(pin, tmp_path / "cache", local=fake)
+    assert not (tmp_path / "cache" / pin.sdist).exists()
+
+
+def test_stage_series():
+    assert STAGES == ("upstream", "stock", "ostinato")
+    assert stage_patches(ENGINE, "upstream") == []
+    names = [p.name for p in stage_patches(ENGINE, "stock")]
+    assert names == sorted(names) and len(names) >= 3
+    # later stages depend on everything earlier ones do
+    assert set(stage_inputs(ENGINE, "stock")) <= set(stage_inputs(ENGINE, "ostinato"))
+    with pytest.raises(ValueError, match="unknown engine variant"):
+        stage_patches(ENGINE, "turbo")
+
+
+def test_backend_choice(monkeypatch):
+    monkeypatch.setattr(backend_mod, "gpu_compute_caps", lambda: [])
+    b = backend_mod.resolve_backend("auto")
+    assert b.name == "cpu" and "no NVIDIA GPU" in b.reason
+    monkeypatch.setattr(backend_mod, "gpu_compute_caps", lambda: ["90"])
+    monkeypatch.setattr(backend_mod, "cuda_toolkit", lambda: None)
+    assert backend_mod.resolve_backend("auto").name == "cpu"
+    with pytest.raises(RuntimeError, match="no CUDA toolkit"):
+        backend_mod.resolve_backend("cuda")
+    with pytest.raises(ValueError, match="engine.backend"):
+        backend_mod.resolve_backend("metal")
+
+
+def test_cuda_backend_options(monkeypatch, tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "lib64").mkdir()
+    (tmp_path / "lib64" / "libcublas.so.13").write_bytes(b"")
+    monkeypatch.setattr(backend_mod, "gpu_compute_caps", lambda: ["90"])
+    monkeypatch.setattr(backend_mod, "cuda_toolkit", lambda: tmp_path)
+    b = backend_mod.resolve_backend("auto")
+    assert b.name == "cuda" and "-DGGML_CUDA=ON" in b.cmake_args
+    assert "-DCMAKE_CUDA_ARCHITECTURES=90" in b.cmake_args
+
+
+def test_built_variants_have_manifests(engine_variants):
+    pin = load_pin(ENGINE / "pin.json")
+    for v, bin_dir in engine_variants.items():
+        m = read_manifest(bin_dir.parent.parent, v)
+        assert m is not None and m.backend == os.environ.get("OSTINATO_ENGINE_BACKEND", "cpu")
+        assert m.build_number == pin.build_number
+        assert len(m.patches) == sum(len(stage_patches(ENGINE, s)) for s in STAGES[1 : STAGES.index(v) + 1])
+        out = subprocess.run([str(bin_dir / "llama-server"), "--version"], capture_output=True, text=True)
+        assert f"(build {pin.build_number}, commit {pin.short_commit})" in out.stdout + out.stderr
+
+
+def test_patch_queue_round_trip(engine_variants, tmp_path):
+    """A developer tree exports back to exactly the committed series and engine/src."""
+    from ostinato.engine import devtree
+
+    repo = tmp_path / "repo"
+    (repo / "engine").mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(ENGINE / "pin.json"), str(ENGINE / "patches"), str(ENGINE / "src"),
+                    str(repo / "engine")], check=True)
+    base = engine_variants["upstream"].parent.parent / "tree"
+    tree = devtree.make_tree(repo, tmp_path / "tree", "stock", REPO / "build" / "cache", base_tree=base)
+    assert (tree / "src" / "llama-routing.cpp").exists()
+    written = devtree.export_tree(repo, tree, "stock")
+    assert [p.name for p in written] == [p.name for p in stage_patches(ENGINE, "stock")]
+    for p in written:
+        assert p.read_text() == (ENGINE / "patches" / "stock" / p.name).read_text()
+
+
+def test_op_tests_only_when_asked_and_same_fingerprint(tmp_path):
+    """The pipeline builds no op tests, the test suite does; both share the stage's fingerprint and tree."""
+    from ostinato.engine.backend import resolve_backend
+    from ostinato.engine.stages import BuildRequest, is_current, stage_targets, variant_fingerprint
+
+    plain = BuildRequest(repo=REPO, out=tmp_path, backend=resolve_backend("cpu"))
+    with_tests = BuildRequest(repo=REPO, out=tmp_path, backend=resolve_backend("cpu"), op_tests=True)
+    assert stage_targets(plain, "ostinato") == ("llama-server", "llama-bench")
+    assert stage_targets(with_tests, "ostinato") == ("llama-server", "llama-bench", "test-backend-ops", "test-residency-ops")
+    assert stage_targets(with_tests, "stock") == ("llama-server", "llama-bench")
+    assert variant_fingerprint(plain, "ostinato") == variant_fingerprint(with_tests, "ostinato")
+    # a stage built without its op tests is current for the pipeline and not for the test suite
+    bin_dir = tmp_path / "ostinato" / "bin"
+    bin_dir.mkdir(parents=True)
+    for t in ("llama-server", "llama-bench"):
+        (bin_dir / t).write_text("")
+    (tmp_path / "ostinato" / "manifest.json").write_text(json.dumps({
+        "variant": "ostinato", "backend": "cpu", "backend_reason": "", "fingerprint": variant_fingerprint(plain, "ostinato"),
+        "build_number": 0, "upstream_commit": "", "tree_commit": "", "patches": [], "cmake_args": [],
+        "targets": ["llama-server", "llama-bench"], "build_seconds": 0.0, "built_at": ""}))
+    assert is_current(plain, "ostinato")
+    assert not is_current(with_tests, "ostinato")
+
+
+def test_an_edit_during_the_build_is_refused(tmp_path):
+    """engine/src enters at the stock stage: an edit while stock compiles must not leave ostinato built on the old
+    tree under a manifest of the new inputs (found when engine/src was exported during a build)."""
+    import shutil
+
+    from ostinato.engine.backend import resolve_backend
+    from ostinato.engine.stages import BuildRequest, check_inputs_unchanged, variant_fingerprint
+
+    repo = tmp_path / "repo"
+    shutil.copytree(ENGINE, repo / "engine")
+    req = BuildRequest(repo=repo, out=tmp_path / "out", backend=resolve_backend("cpu"))
+    made_from = {s: variant_fingerprint(req, s) for s in ("upstream", "stock")}
+    check_inputs_unchanged(req, made_from)  # nothing changed
+    src = repo / "engine" / "src" / "src" / "llama-residency.cpp"
+    src.write_text(src.read_text() + "\n// edited\n")
+    assert variant_fingerprint(req, "upstream") == made_from["upstream"]  # upstream has no engine/src
+    with pytest.raises(RuntimeError, match="inputs for stage 'stock'.*changed during the build"):
+        check_inputs_unchanged(req, made_from)

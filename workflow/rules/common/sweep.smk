@@ -1,0 +1,16 @@
+# Helpers of stage sweep (its rules: workflow/rules/sweep.smk).
+SWEEP = config.get("sweep")
+REFERENCE_SWEEP = f"{FIGURES['reference_sweep']}/summary.json" if FIGURES["reference_sweep"] else ""
+
+
+def sweep_opts():
+    """`ostinato sweep` options from the `sweep` config section."""
+    s = SWEEP
+    return (f"--engines {','.join(s['engines'])} --baseline {s['engines'][0]} --resident-share {s['resident_share']} "
+            f"--upload-min {s['upload_min']} --prefix {s['prefix']} --sizes {','.join(str(n) for n in s['sizes'])} "
+            f"--decode {s['decode']} --reps {s['reps']} --ctx {s['ctx']}")
+
+
+def sweep_targets():
+    """Outputs of the Figure 7b notebook (to add to `rule all`); none without the `sweep` section."""
+    return list(notebook_outputs("fig7b").values()) if SWEEP else []
