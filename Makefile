@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine (Python 3.11+, git, a C++ toolchain, cmake):
 #   make reproduce   the pipeline on config/config.yaml (engine build, models, sessions, replay, figures)
 #   make test        the test suite (builds the engine CPU-only once, cached in build/)
+#   make test-fast   the tests that need neither the engine build nor papermill nor snakemake (seconds)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -8,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: reproduce test engine-cpu lint clean-results
+.PHONY: reproduce test test-fast engine-cpu lint clean-results
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,10 @@ engine-cpu: $(STAMP)
 
 test: engine-cpu
 	$(BIN)/python -m pytest
+
+# The edit-test loop: no engine build, no notebooks, no snakemake subprocesses (tests marked slow or gpu).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not gpu"
 
 lint: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint

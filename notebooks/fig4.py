@@ -24,22 +24,8 @@
 # workload and baseline: sessions, smallest, median and largest saving), `tables/<stem>_sessions.csv` and `figures/<stem>.{pdf,png}`.
 
 # %% tags=["parameters"]
-measured_sessions = ["results/replay/sessions.csv"]  # per-session CSVs of `ostinato replay summarize`; [] = none
-measured_requests = ["results/replay/requests.csv"]  # their per-request CSVs
-machine = ""  # label of the measured series; "" = the CSVs' `machine` column
-sim_sessions = ["results/sim/synthetic-swe-heldout/sessions.csv"]  # `ostinato sim run` outputs; [] = none
-sim_requests = ["results/sim/synthetic-swe-heldout/requests.csv"]
-profile = "paper-4x4090d"  # machine profile of the simulated series
-paper_dir = "data/paper"
-target = "ostinato"
-n_resamples = 9999  # bootstrap resamples of the saved share's 95% CI
-ci_seed = 0
-figures_dir = "figures"
-tables_dir = "tables"
-reference_runs = ["data/reference/h200/compare/run1", "data/reference/h200/compare/run2",
-                  "data/reference/h200/compare/run3"]  # shipped replays of another machine (repeated runs); [] = none
-reference_machine = "h200"
 output_stem = "fig4"
+params = {}  # overrides of ostinato.figures.notebook.ResultParams (inputs, series labels, target engine, folders)
 
 # %%
 from pathlib import Path
@@ -49,15 +35,12 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ostinato.figures import apply_style, engine_palette, save_figure, save_table, series_palette
+from ostinato.figures import engine_palette, series_palette
 from ostinato.figures import results as R
-from ostinato.figures.runs import load_series
+from ostinato.figures.notebook import setup_result
 
-apply_style()
-runs = load_series(measured_sessions, measured_requests, machine, sim_sessions, sim_requests, profile,
-                   reference_runs, reference_machine)
-paper = Path(paper_dir)
-print("series:", *runs.series, sep="\n  ")
+nb = setup_result(output_stem, params)
+runs, paper, target = nb.runs, nb.paper, nb.params.target
 
 # %%
 f4 = pd.read_csv(paper / "figure4.csv")
@@ -73,8 +56,8 @@ summary = pd.concat([
                            + ", ".join(f"{v:g}%" for v in labels_pct)}]),
     R.savings_summary(savings)], ignore_index=True)
 summary["every_session_above_paper_min"] = summary["min_saved_pct"] >= paper_min_saved_pct
-print("wrote", *save_table(summary, Path(tables_dir) / output_stem))
-savings.to_csv(Path(tables_dir) / f"{output_stem}_sessions.csv", index=False)
+nb.save_table(summary)
+savings.to_csv(Path(nb.params.tables_dir) / f"{output_stem}_sessions.csv", index=False)
 summary
 
 # %%
@@ -97,4 +80,4 @@ for ax, w in zip(axes[0], workloads):
 if workloads:
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
 fig.tight_layout()
-print("wrote", *save_figure(fig, Path(figures_dir) / output_stem))
+nb.save_figure(fig)

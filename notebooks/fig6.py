@@ -24,22 +24,8 @@
 # (panel d, with the paper's ranges) and `figures/<stem>.{pdf,png}`.
 
 # %% tags=["parameters"]
-measured_sessions = ["results/replay/sessions.csv"]  # per-session CSVs of `ostinato replay summarize`; [] = none
-measured_requests = ["results/replay/requests.csv"]  # their per-request CSVs
-machine = ""  # label of the measured series; "" = the CSVs' `machine` column
-sim_sessions = ["results/sim/synthetic-swe-heldout/sessions.csv"]  # `ostinato sim run` outputs; [] = none
-sim_requests = ["results/sim/synthetic-swe-heldout/requests.csv"]
-profile = "paper-4x4090d"  # machine profile of the simulated series
-paper_dir = "data/paper"
-target = "ostinato"
-n_resamples = 9999  # bootstrap resamples of the saved share's 95% CI
-ci_seed = 0
-figures_dir = "figures"
-tables_dir = "tables"
-reference_runs = ["data/reference/h200/compare/run1", "data/reference/h200/compare/run2",
-                  "data/reference/h200/compare/run3"]  # shipped replays of another machine (repeated runs); [] = none
-reference_machine = "h200"
 output_stem = "fig6"
+params = {}  # overrides of ostinato.figures.notebook.ResultParams (inputs, series labels, target engine, folders)
 
 # %%
 from pathlib import Path
@@ -49,19 +35,16 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ostinato.figures import apply_style, engine_palette, save_figure, save_table, series_palette
+from ostinato.figures import engine_palette, series_palette
 from ostinato.figures import results as R
-from ostinato.figures.runs import load_series
+from ostinato.figures.notebook import setup_result
 
-apply_style()
-runs = load_series(measured_sessions, measured_requests, machine, sim_sessions, sim_requests, profile,
-                   reference_runs, reference_machine)
-paper = Path(paper_dir)
-print("series:", *runs.series, sep="\n  ")
+nb = setup_result(output_stem, params)
+runs, paper, target = nb.runs, nb.paper, nb.params.target
 
 # %%
 f6 = pd.read_csv(paper / "figure6.csv")
-compared = R.compare(runs, R.CompareOptions(target=target, n_resamples=n_resamples, seed=ci_seed))
+compared = R.compare(runs, nb.compare_options)
 changes = R.phase_changes(compared, target)
 pab = f6[f6["panel"].isin(["a", "b"])]
 paper_changes = (pab.assign(phase=pab["metric"].str.replace("_change", ""))
@@ -74,7 +57,7 @@ table = pd.concat([paper_changes, changes], ignore_index=True).reindex(columns=[
     "series", "workload", "engine", "reference_engine", "prefill_change_pct", "prefill_change_low_pct",
     "prefill_change_high_pct", "decode_change_pct", "decode_change_low_pct", "decode_change_high_pct",
     "total_change_pct"])
-print("wrote", *save_table(table, Path(tables_dir) / output_stem))
+nb.save_table(table)
 table
 
 # %%
@@ -83,7 +66,7 @@ pd_ = f6[f6["panel"] == "d"]
 paper_tpot = pd.DataFrame({"series": R.PAPER, "workload": pd_["workload"], "engine": pd_["engine"],
                            "quartile": "1-4", "tpot_low_ms": pd_["value_low"], "tpot_high_ms": pd_["value_high"]})
 tpot_table = pd.concat([paper_tpot, tpot], ignore_index=True)
-print("wrote", *save_table(tpot_table, Path(tables_dir) / f"{output_stem}_tpot"))
+nb.save_table(tpot_table, "_tpot")
 tpot_table
 
 # %%
@@ -117,4 +100,4 @@ for row, s in zip(axes, runs.series):
     row[3].set_title(f"(d) median TPOT (ms)\n{s}")
     row[3].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small")
 fig.tight_layout()
-print("wrote", *save_figure(fig, Path(figures_dir) / output_stem))
+nb.save_figure(fig)

@@ -29,22 +29,8 @@
 # fast the method is. The simulator stands for KTransformers by its placement (`static-uniform`) only.
 
 # %% tags=["parameters"]
-measured_sessions = ["results/replay/sessions.csv"]  # per-session CSVs of `ostinato replay summarize`; [] = none
-measured_requests = ["results/replay/requests.csv"]  # their per-request CSVs
-machine = ""  # label of the measured series; "" = the CSVs' `machine` column
-sim_sessions = ["results/sim/synthetic-swe-heldout/sessions.csv"]  # `ostinato sim run` outputs; [] = none
-sim_requests = ["results/sim/synthetic-swe-heldout/requests.csv"]
-profile = "paper-4x4090d"  # machine profile of the simulated series
-paper_dir = "data/paper"
-target = "ostinato"
-n_resamples = 9999  # bootstrap resamples of the saved share's 95% CI
-ci_seed = 0
-figures_dir = "figures"
-tables_dir = "tables"
-reference_runs = ["data/reference/h200/compare/run1", "data/reference/h200/compare/run2",
-                  "data/reference/h200/compare/run3"]  # shipped replays of another machine (repeated runs); [] = none
-reference_machine = "h200"
 output_stem = "table3"
+params = {}  # overrides of ostinato.figures.notebook.ResultParams (inputs, series labels, target engine, folders)
 
 # %%
 from pathlib import Path
@@ -54,21 +40,18 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ostinato.figures import apply_style, engine_palette, save_figure, save_table, series_palette
+from ostinato.figures import engine_palette, series_palette
 from ostinato.figures import results as R
-from ostinato.figures.runs import load_series
+from ostinato.figures.notebook import setup_result
 
-apply_style()
-runs = load_series(measured_sessions, measured_requests, machine, sim_sessions, sim_requests, profile,
-                   reference_runs, reference_machine)
-paper = Path(paper_dir)
-print("series:", *runs.series, sep="\n  ")
+nb = setup_result(output_stem, params)
+runs, paper, target = nb.runs, nb.paper, nb.params.target
 
 # %%
 table = pd.concat([R.paper_table3(paper / "table3_heldout.csv", paper / "table7_ttft_by_kind.csv"),
-                   R.compare(runs, R.CompareOptions(target=target, n_resamples=n_resamples, seed=ci_seed))],
+                   R.compare(runs, nb.compare_options)],
                   ignore_index=True)
-print("wrote", *save_table(table, Path(tables_dir) / output_stem))
+nb.save_table(table)
 table[["series", "workload", "engine", "sessions", "total_s", "saved_pct", "saved_ci_low_pct", "saved_ci_high_pct",
        "won", "ttft_tool_s", "tpot_ms"]]
 
@@ -97,4 +80,4 @@ for ax, w in zip(axes[0], workloads):
     ax.set_ylabel(f"share {target} saves (%)")
 axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
 fig.tight_layout()
-print("wrote", *save_figure(fig, Path(figures_dir) / output_stem))
+nb.save_figure(fig)

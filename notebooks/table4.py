@@ -27,23 +27,8 @@
 # `llama.cpp-layers`, not the paper's buun. Writes `tables/<stem>.{csv,md}` and `figures/<stem>.{pdf,png}`.
 
 # %% tags=["parameters"]
-measured_sessions = []  # per-session CSVs of `ostinato replay summarize`; [] = none
-measured_requests = []  # their per-request CSVs
-machine = ""  # label of the measured series; "" = the CSVs' `machine` column
-sim_sessions = []  # `ostinato sim run` outputs; [] = none
-sim_requests = []
-profile = "paper-4x4090d"  # machine profile of the simulated series
-paper_dir = "data/paper"
-target = "ostinato"
-n_resamples = 9999  # bootstrap resamples of the saved share's 95% CI
-ci_seed = 0
-figures_dir = "figures"
-tables_dir = "tables"
-reference_runs = ["data/reference/h200/qwen/run1", "data/reference/h200/qwen/run2",
-                  "data/reference/h200/qwen/run3"]  # shipped Qwen3 replays of another machine (repeated runs); [] = none
-reference_machine = "h200"
-workload = "tau2"  # the paper's workloads: "tau2" (Table 4's) or "SWE"
 output_stem = "table4"
+params = {}  # overrides of ostinato.figures.notebook.ResultParams (inputs, series labels, target engine, folders)
 
 # %%
 from pathlib import Path
@@ -53,15 +38,13 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ostinato.figures import apply_style, engine_palette, save_figure, save_table, series_palette
+from ostinato.figures import engine_palette, series_palette
 from ostinato.figures import results as R
-from ostinato.figures.runs import load_series
+from ostinato.figures.notebook import setup_result
 
-apply_style()
-runs = load_series(measured_sessions, measured_requests, machine, sim_sessions, sim_requests, profile,
-                   reference_runs, reference_machine)
-paper = Path(paper_dir)
-print("series:", *runs.series, sep="\n  ")
+nb = setup_result(output_stem, params)
+runs, paper, target = nb.runs, nb.paper, nb.params.target
+workload = nb.params.workload
 reference_preference = ["buun", "llama.cpp-layers"]  # Ostinato's reference engine in a series, first present
 
 # %%
@@ -85,7 +68,7 @@ if won is not None:
     rows.append({"series": R.PAPER, "workload": "tau2", "metric": "won", "description": "tasks Ostinato finishes sooner",
                  "reference_engine": "buun", "reference": np.nan, "ostinato": won.get("ostinato"),
                  "change_pct": np.nan, "note": won.get("note")})
-compared = R.compare(runs, R.CompareOptions(target=target, n_resamples=n_resamples, seed=ci_seed)) if runs.series else None
+compared = R.compare(runs, nb.compare_options) if runs.series else None
 for (series, wl), g in ([] if compared is None else compared.groupby(["series", "workload"], sort=False)):
     if wl != workload:
         continue
@@ -106,7 +89,7 @@ for (series, wl), g in ([] if compared is None else compared.groupby(["series", 
                  "reference_engine": ref, "reference": g.loc[ref, "sessions"], "ostinato": g.loc[ref, "won"],
                  "change_pct": np.nan, "note": f"{int(g.loc[ref, 'won'])} of {int(g.loc[ref, 'sessions'])}"})
 table = pd.DataFrame(rows)
-print("wrote", *save_table(table, Path(tables_dir) / output_stem))
+nb.save_table(table)
 print("series:", *dict.fromkeys(table["series"]))
 table
 
@@ -122,4 +105,4 @@ ax.tick_params(axis="x", rotation=25)
 ax.set_title("Table 4: Qwen3-235B-A22B (paper: 60 τ2 tasks, buun → Ostinato)")
 sns.move_legend(ax, "upper left", bbox_to_anchor=(1.0, 1.0), title=None)
 fig.tight_layout()
-print("wrote", *save_figure(fig, Path(figures_dir) / output_stem))
+nb.save_figure(fig)

@@ -19,6 +19,16 @@ ENGINE_OUT = REPO / "build" / "engine" / BACKEND
 MODEL_CACHE = REPO / "build" / "test-models"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `slow` every test that needs the engine build (it is built once, minutes on 2 cores), and skip the
+    tests marked `gpu` unless the suite runs on the CUDA build (OSTINATO_ENGINE_BACKEND=cuda, on a GPU machine)."""
+    for item in items:
+        if "engine_variants" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("gpu") and BACKEND != "cuda":
+            item.add_marker(pytest.mark.skip(reason="needs a GPU and the CUDA build (OSTINATO_ENGINE_BACKEND=cuda)"))
+
+
 @pytest.fixture(scope="session")
 def engine_variants() -> dict[str, Path]:
     """Bin directories of the variants (upstream, stock, ostinato); built on first use, then cached."""

@@ -11,6 +11,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import BACKEND
 
 CASE_LINE = re.compile(r"^\s+(MUL_MAT_ID_(?:SKIP|POOL))\((.*)\): (.*)$")
@@ -26,8 +28,13 @@ def test_residency_ops_cpu_side(engine_variants: dict[str, Path]) -> None:
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     m = re.search(r"^(\d+)/(\d+) tests passed; (\d+) non-CPU", p.stdout, re.M)
     assert m and m.group(1) == m.group(2) and int(m.group(1)) >= 160, p.stdout[-2000:]
-    if BACKEND == "cuda":
-        assert int(m.group(3)) >= 1, "the CUDA build found no GPU to run the scheduler cases on"
+
+
+@pytest.mark.gpu
+def test_residency_ops_schedule_marked_nodes_between_gpu_ops(engine_variants: dict[str, Path]) -> None:
+    p = _run([str(engine_variants["ostinato"] / "test-residency-ops")])
+    m = re.search(r"^(\d+)/(\d+) tests passed; (\d+) non-CPU", p.stdout, re.M)
+    assert p.returncode == 0 and m and int(m.group(3)) >= 1, "the CUDA build found no GPU to run the scheduler cases on"
 
 
 def _case_results(out: str) -> dict[str, list[str]]:
@@ -51,6 +58,13 @@ def test_backend_ops_residency_cases(engine_variants: dict[str, Path]) -> None:
     assert len(res["MUL_MAT_ID_SKIP"]) == N_CASES, p.stdout[-3000:]
     if BACKEND == "cpu":
         assert all(r == "OK" for r in res["MUL_MAT_ID_SKIP"]), res["MUL_MAT_ID_SKIP"]
-    else:
-        # a GPU must refuse marked nodes (the scheduler then runs them on the CPU)
-        assert all(r.startswith("not supported") for r in res["MUL_MAT_ID_SKIP"]), res["MUL_MAT_ID_SKIP"]
+
+
+@pytest.mark.gpu
+def test_cuda_refuses_nodes_marked_to_skip(engine_variants: dict[str, Path]) -> None:
+    """A GPU must refuse marked nodes (the scheduler then runs them on the CPU), and compute the pool's cases."""
+    p = _run([str(engine_variants["ostinato"] / "test-backend-ops"), "test", "-o", "MUL_MAT_ID_SKIP,MUL_MAT_ID_POOL"])
+    res = _case_results(p.stdout)
+    assert len(res["MUL_MAT_ID_SKIP"]) == N_CASES, p.stdout[-3000:]
+    assert all(r.startswith("not supported") for r in res["MUL_MAT_ID_SKIP"]), res["MUL_MAT_ID_SKIP"]
+    assert all(r == "OK" for r in res["MUL_MAT_ID_POOL"]), res["MUL_MAT_ID_POOL"]

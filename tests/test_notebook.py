@@ -45,6 +45,7 @@ def test_jupytext_twin_in_sync():
     assert all(src in text for src in code), "run `jupytext --sync notebooks/replay_summary.ipynb`"
 
 
+@pytest.mark.slow  # papermill starts a kernel
 @pytest.mark.parametrize("one_failure", [True, False])
 def test_notebook_runs_under_papermill(tmp_path: Path, one_failure: bool):
     csv = small_summary(tmp_path / "summary.csv", one_failure)

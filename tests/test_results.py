@@ -241,13 +241,14 @@ def _papermill(notebook: Path, out: Path, params: dict, cwd: Path) -> subprocess
                            "--cwd", str(cwd), "-k", "python3"], capture_output=True, text=True, timeout=300, env=env)
 
 
+@pytest.mark.slow  # papermill starts a kernel
 def test_table4_shows_the_shipped_qwen_runs_against_layer_placement(tmp_path):
     """Table 4's notebook with its default reference runs (H200, Qwen3 slice): τ² only, totals summed by hand."""
     pytest.importorskip("papermill")
     runs = [REPO / "data" / "reference" / "h200" / "qwen" / f"run{i}" for i in (1, 2, 3)]
-    params = {"paper_dir": str(PAPER), "n_resamples": 199, "reference_runs": [str(r) for r in runs],
-              "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"),
-              "tables_dir": str(tmp_path / "tables")}
+    params = {"params": {"paper_dir": str(PAPER), "n_resamples": 199, "reference_runs": [str(r) for r in runs],
+                         "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"),
+                         "tables_dir": str(tmp_path / "tables")}}
     res = _papermill(REPO / "notebooks" / "table4.ipynb", tmp_path / "table4.out.ipynb", params, tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     t4 = pd.read_csv(tmp_path / "tables" / "table4.csv")
@@ -264,6 +265,17 @@ def test_table4_shows_the_shipped_qwen_runs_against_layer_placement(tmp_path):
     assert ref.loc["won", "note"] == f"{won} of {len(per)}"
 
 
+def test_result_notebook_parameters_are_checked():
+    from ostinato.figures.notebook import DEFAULT_REFERENCE_RUNS, ResultParams
+
+    assert ResultParams.for_result("table8").reference_runs == DEFAULT_REFERENCE_RUNS["table8"]
+    assert ResultParams.for_result("table4").measured_sessions == []  # Qwen3 series only
+    assert ResultParams.for_result("table3", {"target": "x"}).target == "x"
+    with pytest.raises(ValueError, match=r"table3: unknown parameters \['n_resample'\]"):
+        ResultParams.for_result("table3", {"n_resample": 9})
+
+
+@pytest.mark.slow  # papermill starts a kernel
 def test_result_notebooks_render_under_papermill(tmp_path):
     """Every result notebook renders from a replay, a simulated run and the shipped H200 reference replays."""
     pytest.importorskip("papermill")
@@ -290,7 +302,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
                       "constants_csv": str(PAPER / "costmodel_constants.csv"), **dirs},
     }
     for name in RESULT_NOTEBOOKS:
-        params = special.get(name, dict(common, output_stem=name))
+        params = special.get(name, {"output_stem": name, "params": common})
         res = _papermill(REPO / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.out.ipynb", params, tmp_path)
         assert res.returncode == 0, f"{name}: {res.stderr[-2000:]}"
         for f in (f"figures/{name}.pdf", f"figures/{name}.png", f"tables/{name}.csv", f"tables/{name}.md"):

@@ -248,6 +248,7 @@ def test_notebook_twin_in_sync() -> None:
     assert all(src in text for src in code), "run `jupytext --sync notebooks/routing_stats.ipynb`"
 
 
+@pytest.mark.slow  # papermill starts a kernel
 def test_notebook_runs_on_stats_files(tmp_path) -> None:
     pytest.importorskip("papermill")
     common = ["--model", "custom", "--n-layer", "2", "--n-expert", "32", "--n-expert-used", "4", "--no-progress"]

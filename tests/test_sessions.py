@@ -421,6 +421,7 @@ def test_jsonl_stays_compatible(tmp_path: Path):
     assert s.requests[0].to_json()["n_output_recorded"] is None
 
 
+@pytest.mark.slow  # papermill starts a kernel
 def test_table2_notebook_runs_under_papermill(tmp_path: Path):
     pytest.importorskip("papermill")
     nb = REPO / "notebooks" / "table2.ipynb"

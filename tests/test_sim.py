@@ -185,6 +185,7 @@ def test_read_sessions_names_missing_keys(tmp_path) -> None:
         read_sessions(tmp_path / "nothing.jsonl")
 
 
+@pytest.mark.slow  # papermill starts a kernel
 def test_validation_notebook_runs_under_papermill(tmp_path) -> None:
     """The validation notebook on a toy simulation: paper beside simulated, every engine relative to Ostinato."""
     import os

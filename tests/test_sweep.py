@@ -60,6 +60,7 @@ def test_summary_ratio_and_interval():
     assert all("ratio" not in r for r in summ if r["engine"] == "base")
 
 
+@pytest.mark.slow  # papermill starts a kernel
 def test_fig7b_notebook_runs_under_papermill(tmp_path):
     """Figure 7b on a measured summary (the committed H200 run) beside the paper: ratios to each series' baseline."""
     import json

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -9,9 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # each test runs snakemake in a subprocess
 
 
 def _snakemake(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -35,6 +38,34 @@ def test_default_dag_reaches_every_stage(tmp_path):
                  "check_memory_model", "run_replay_capacity_test", "render_result", "render_calibrate",
                  "render_predicted", "check_costmodel", "plan_residency", "record_routing"):
         assert rule in proc.stdout, rule
+
+
+def test_replays_are_declared_outputs_that_forcerun_measures_again():
+    """A finished replay's sessions are the output of its job: asking for them (after deleting them) or
+    `--forcerun replay` runs the replays again instead of resuming from files Snakemake does not know."""
+    proc = _snakemake("-n", "-p", "--forceall", "--cores", "1", "results/replay/tau2-few/ostinato")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rule replay:" in proc.stdout and "--out results/replay/tau2-few/.partial" in proc.stdout
+    assert "mv results/replay/tau2-few/.partial/ostinato results/replay/tau2-few/ostinato" in proc.stdout
+    proc = _snakemake("-n", "--quiet", "rules", "--cores", "1", "--forcerun", "replay", "tables/replay_compare.md")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^replay\s+4$", proc.stdout, re.M), proc.stdout
+    proc = _snakemake("-n", "-p", "--forceall", "--cores", "1", "results/residency/recorded/swe-dev-few")
+    assert proc.returncode == 0 and "rule record_routing:" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_rules_call_the_package_through_the_interpreter_of_snakemake(tmp_path):
+    """`.venv/bin/snakemake` works without activating the venv: a rule runs `ostinato` with no venv on PATH."""
+    for part in ("Snakefile", "workflow", "config", "engine", "environment.yml", "data/profiles", "data/paper"):
+        src = REPO / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/bin:/bin"
+    exe = Path(sys.executable).parent / "snakemake"
+    out = subprocess.run([str(exe), "--cores", "1", "results/costmodel/checks-paper-4x4090d.json"], cwd=tmp_path,
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads((tmp_path / "results/costmodel/checks-paper-4x4090d.json").read_text())["checks"]
 
 
 def test_bad_config_names_the_key(tmp_path):

@@ -33,7 +33,7 @@ rule replay:
         "(ostinato replay run --engine-name {wildcards.engine} {params.reach} --sessions {input.sessions} "
         "--out {params.partial} --machine-label {params.machine} {params.preset} {params.routing} {params.server} "
         "--no-progress --on-setup-change restart "
-        "&& mv {params.partial}/{wildcards.engine} {output.results} "
+        "&& mv {params.partial}/{wildcards.engine} {output.results} && rmdir --ignore-fail-on-non-empty {params.partial} "
         "&& ostinato replay summarize --in {output.results} --out {output.sessions} "
         "--requests-out {output.requests}) > {log} 2>&1"
 

@@ -44,7 +44,7 @@ rule record_routing:
         "(ostinato replay run --engine-name record --server-bin {input.server} --model {input.model} "
         "--sessions {input.sessions} --out {params.partial}/replay --routing-record-dir {params.partial}/routing "
         "--machine-label {params.machine} {params.server_args} --no-progress --on-setup-change restart "
-        "&& mv {params.partial} {output}) > {log} 2>&1"
+        "&& mv {params.partial} {output} && rmdir --ignore-fail-on-non-empty $(dirname {params.partial})) > {log} 2>&1"
 
 
 rule profile_recorded_routing:

@@ -21,8 +21,11 @@ def parse_assignments(items: list[str]) -> dict[str, object]:
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
+    doc = parse_assignments(args.set)
+    if args.param:  # a result notebook's `params` mapping (ostinato.figures.notebook.ResultParams)
+        doc["params"] = parse_assignments(args.param)
     with atomic_open(args.out) as f:
-        yaml.safe_dump(parse_assignments(args.set), f, sort_keys=False)
+        yaml.safe_dump(doc, f, sort_keys=False)
     return 0
 
 
@@ -33,4 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     w = g.add_parser("params", help="write a papermill parameters YAML file")
     w.add_argument("--out", required=True)
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a parameter (YAML value)")
+    w.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="an entry of the `params` mapping of a result notebook (YAML value)")
     w.set_defaults(func=_cmd_params)

@@ -23,13 +23,13 @@ def result_inputs(result):
 
 
 def result_params(result):
-    """`ostinato figures params` options of one result notebook."""
+    """`ostinato figures params` options of one result notebook: its stem, and its `params` mapping
+    (`ostinato.figures.notebook.ResultParams`)."""
     src = result_sources(result)
-    sets = [f"--set '{k}={yaml_list(v)}'" for k, v in src.items()]
-    return " ".join(sets + [f"--set profile={SIM['profile']}",
-                            f"--set 'reference_machine={FIGURES['reference_machine']}'",
-                            f"--set target={FIGURES['target']}",
-                            "--set figures_dir=figures --set tables_dir=tables", f"--set output_stem={result}"])
+    params = [f"--param '{k}={yaml_list(v)}'" for k, v in src.items()]
+    return " ".join([f"--set output_stem={result}"] + params + [
+        f"--param profile={SIM['profile']}", f"--param 'reference_machine={FIGURES['reference_machine']}'",
+        f"--param target={FIGURES['target']}", "--param figures_dir=figures --param tables_dir=tables"])
 
 
 def predicted_sources():

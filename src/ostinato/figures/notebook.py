@@ -1,0 +1,106 @@
+"""The set-up every result notebook shares: its parameters with their defaults, its series, where it writes.
+
+A result notebook's parameter cell holds `output_stem` and `params` (a mapping of `ResultParams` fields); papermill
+fills them from `results/figures/<stem>.params.yaml` (`ostinato figures params --nest params`), and with no file the
+defaults below are the default config's outputs, so a notebook also runs alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ostinato.figures.results import CompareOptions
+from ostinato.figures.runs import Runs, load_series
+from ostinato.figures.style import apply_style, save_figure
+from ostinato.tables import save_table
+
+# The shipped repeated runs of the H200 machine each result shows by default (config key figures.reference_runs,
+# reference_ablation_runs for Table 8, reference_qwen_runs for Table 4).
+_H200 = "data/reference/h200"
+DEFAULT_REFERENCE_RUNS = {"table8": [f"{_H200}/ablation/run{i}" for i in (1, 2, 3)],
+                          "table4": [f"{_H200}/qwen/run{i}" for i in (1, 2, 3)]}
+_COMPARE = [f"{_H200}/compare/run{i}" for i in (1, 2, 3)]
+# Table 4 is about a Qwen3-MoE model: by default neither the default config's replay nor its simulator run counts.
+_QWEN_ONLY = {"table4"}
+
+
+@dataclass(frozen=True)
+class ResultParams:
+    """The inputs and options of one result notebook."""
+
+    measured_sessions: list[str] = field(default_factory=lambda: ["results/replay/sessions.csv"])
+    measured_requests: list[str] = field(default_factory=lambda: ["results/replay/requests.csv"])
+    machine: str = ""                    # label of the measured series; "" = the CSVs' `machine` column
+    sim_sessions: list[str] = field(default_factory=lambda: ["results/sim/synthetic-swe-heldout/sessions.csv"])
+    sim_requests: list[str] = field(default_factory=lambda: ["results/sim/synthetic-swe-heldout/requests.csv"])
+    profile: str = "paper-4x4090d"       # machine profile of the simulated series
+    reference_runs: list[str] = field(default_factory=lambda: list(_COMPARE))  # shipped runs of another machine
+    reference_machine: str = "h200"
+    paper_dir: str = "data/paper"
+    target: str = "ostinato"             # the engine whose savings are reported
+    n_resamples: int = 9999              # bootstrap resamples of the saved share's 95% CI
+    ci_seed: int = 0
+    workload: str = "tau2"               # Table 4: the paper's workload shown ("tau2", Table 4's, or "SWE")
+    figures_dir: str = "figures"
+    tables_dir: str = "tables"
+
+    @classmethod
+    def for_result(cls, output_stem: str, overrides: dict | None = None) -> ResultParams:
+        """The defaults of this result, with `overrides` (unknown keys are an error naming them)."""
+        overrides = dict(overrides or {})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ValueError(f"result notebook {output_stem}: unknown parameters {unknown}; expected some of "
+                             f"{sorted(names)}")
+        defaults: dict = {}
+        if output_stem in DEFAULT_REFERENCE_RUNS:
+            defaults["reference_runs"] = list(DEFAULT_REFERENCE_RUNS[output_stem])
+        if output_stem in _QWEN_ONLY:
+            defaults.update(measured_sessions=[], measured_requests=[], sim_sessions=[], sim_requests=[])
+        return cls(**{**defaults, **overrides})
+
+
+@dataclass
+class ResultNotebook:
+    """A result notebook after set-up: its parameters, series and the paper's data folder."""
+
+    output_stem: str
+    params: ResultParams
+    runs: Runs
+
+    @property
+    def paper(self) -> Path:
+        return Path(self.params.paper_dir)
+
+    @property
+    def compare_options(self) -> CompareOptions:
+        p = self.params
+        return CompareOptions(target=p.target, n_resamples=p.n_resamples, seed=p.ci_seed)
+
+    def save_table(self, table: pd.DataFrame, suffix: str = "", floatfmt: str = ".3g") -> list[Path]:
+        """Write `<tables_dir>/<stem><suffix>.{csv,md}` and print the paths."""
+        paths = save_table(table, Path(self.params.tables_dir) / f"{self.output_stem}{suffix}", floatfmt)
+        print("wrote", *paths)
+        return paths
+
+    def save_figure(self, fig: plt.Figure) -> list[Path]:
+        """Write `<figures_dir>/<stem>.{pdf,png}` and print the paths."""
+        paths = save_figure(fig, Path(self.params.figures_dir) / self.output_stem)
+        print("wrote", *paths)
+        return paths
+
+
+def setup_result(output_stem: str, params: dict | None = None) -> ResultNotebook:
+    """Apply the plotting style and load the notebook's series: this run's replays, the shipped reference runs and
+    the simulator's runs (each where configured)."""
+    p = ResultParams.for_result(output_stem, params)
+    apply_style()
+    runs = load_series(p.measured_sessions, p.measured_requests, p.machine, p.sim_sessions, p.sim_requests, p.profile,
+                       p.reference_runs, p.reference_machine)
+    print("series:", *runs.series, sep="\n  ")
+    return ResultNotebook(output_stem, p, runs)
