@@ -26,13 +26,16 @@
 # Belady's MIN with bypass on the same routing, `ostinato limit`) and `figures/<stem>.{pdf,png}`. Series are
 # labelled `paper` and `simulated (<profile>)`.
 #
-# **What is compared, and why it is not tuned.** Absolute session totals depend on how many sessions and
-# turns are simulated, so the tables compare each engine's total *relative to Ostinato's* on the same sessions
+# **What is compared, and what is anchored on the paper.** Absolute session totals depend on how many sessions
+# and turns are simulated, so the tables compare each engine's total *relative to Ostinato's* on the same sessions
 # (the paper's saved share, Table 3), the median TTFT of tool-output turns (Table 7) and the median time per
-# output token. Only the profile's constants (the paper's calibration, Section 3.2 and Appendix B) and the
-# routing facts that calibrate the synthetic traces go in; the simulator's remaining constants are the
-# illustrative ones documented in `ostinato.sim.params.paper_illustrative` (non-expert prefill cost, Figure 7b's
-# slopes), not fitted to these tables.
+# output token. The profile's constants (the paper's calibration, Section 3.2 and Appendix B) and the routing
+# facts that calibrate the synthetic traces go in, and the remaining constants
+# (`ostinato.sim.params.paper_illustrative`) are taken from two of the paper's own results: the non-expert decode
+# time is Ostinato's Table 8c SWE step (25.63 ms) less Eq. (1), so Ostinato's simulated decode is anchored on
+# the paper's; and the CPU and GPU costs per route come from Figure 7b's slopes (buun's all-CPU 6.0 and Ostinato's
+# split path 3.2 ms per new token), so the Figure 7a comparison reuses Ostinato's own slope. What these tables
+# test is the other engines and the ratios the constants do not fix directly, not Ostinato's absolute times.
 #
 # **Known differences.** The default pipeline simulates synthetic sessions (shapes drawn by the routing
 # generator for the workload, `routing.synthetic`), not the paper's 13 SWE and 60 τ2 held-out sessions, and a
@@ -44,7 +47,7 @@
 # %% tags=["parameters"]
 sim_sessions = ["results/sim/synthetic-swe-heldout/sessions.csv"]
 sim_requests = ["results/sim/synthetic-swe-heldout/requests.csv"]
-limit_json = ["results/sim/synthetic-swe-heldout/limit.json"]  # [] = no limit table
+limit_json = ["results/limit/synthetic-swe-heldout.json"]  # [] = no limit table
 sim_sets = ["synthetic-swe-heldout"]
 workloads = ["SWE"]  # the paper's workload each simulated set stands for (SWE | tau2)
 profile = "paper-4x4090d"
@@ -66,34 +69,17 @@ import numpy as np
 import pandas as pd
 
 from ostinato.figures import apply_style, save_figure, save_table
-from ostinato.figures.style import series_label
+from ostinato.series import series_label
+from ostinato.sim import validation as V
 
 apply_style()
-
-for name, paths in (("sim_sessions", sim_sessions), ("sim_requests", sim_requests)):
-    if len(paths) != len(sim_sets):
-        raise ValueError(f"{name}: {len(paths)} files for {len(sim_sets)} sets in sim_sets")
-    for p in paths:
-        if not Path(p).is_file():
-            raise FileNotFoundError(f"{name}: {p} not found (run `snakemake {p}`)")
-if len(workloads) != len(sim_sets):
-    raise ValueError(f"workloads: {len(workloads)} entries for {len(sim_sets)} sets in sim_sets")
 for name, path in (("table3_csv", table3_csv), ("table7_csv", table7_csv), ("table8_csv", table8_csv),
                    ("figure7_csv", figure7_csv)):
     if not Path(path).is_file():
         raise FileNotFoundError(f"{name}: {path} not found")
-
-SIM = series_label("simulated", profile)
-PAPER = series_label("paper")
-# simulator policy -> the paper's engine it stands for
-PAPER_ENGINE = {"ostinato": "ostinato", "llama-layers": "llama.cpp-layers", "llama-expert-cache": "llama.cpp-expert-cache",
-                "buun": "buun", "static-uniform": "ktransformers"}
-ses = pd.concat([pd.read_csv(p).assign(set=s, workload=w) for p, s, w in zip(sim_sessions, sim_sets, workloads)])
-req = pd.concat([pd.read_csv(p).assign(set=s, workload=w) for p, s, w in zip(sim_requests, sim_sets, workloads)])
-t3 = pd.read_csv(table3_csv)
-t3 = t3[t3["gpus"] == 4]
-t7 = pd.read_csv(table7_csv)
-t8 = pd.read_csv(table8_csv)
+ses, req = V.load_simulated(sim_sessions, sim_requests, sim_sets, workloads)
+SIM, PAPER = series_label("simulated", profile), V.PAPER
+t3, t7, t8, f7 = (pd.read_csv(p) for p in (table3_csv, table7_csv, table8_csv, figure7_csv))
 print(SIM, {s: int(ses[ses["set"] == s]["session"].nunique()) for s in sim_sets},
       "policies:", list(ses["engine"].unique()))
 
@@ -103,33 +89,7 @@ print(SIM, {s: int(ses[ses["set"] == s]["session"].nunique()) for s in sim_sets}
 # four GPUs); `ttft_tool_s` = median TTFT of tool-output turns; `tpot_ms` = median time per output token.
 
 # %%
-rows = []
-for w in workloads:
-    s_w, r_w = ses[ses["workload"] == w], req[req["workload"] == w]
-    p_w = t3[t3["workload"] == w].set_index("engine")
-    k_w = t7[(t7["workload"] == w) & (t7["kind"] == "tool")].set_index("engine")
-    sim_tot = s_w.groupby("engine")["total_s"].sum()
-    for eng_sim, eng_paper in PAPER_ENGINE.items():
-        if eng_paper in p_w.index:
-            rows.append({"workload": w, "engine": eng_paper, "series": PAPER,
-                         "sessions": int(p_w.loc[eng_paper, "sessions"]),
-                         "total_rel": p_w.loc[eng_paper, "total_s"] / p_w.loc["ostinato", "total_s"],
-                         "ttft_tool_s": float(k_w.loc[eng_paper, "ttft_median_s"]) if eng_paper in k_w.index else np.nan,
-                         "tpot_ms": float(p_w.loc[eng_paper, "tpot_ms"])})
-        if eng_sim in sim_tot.index and "ostinato" in sim_tot.index:
-            tool = r_w[(r_w["engine"] == eng_sim) & (r_w["kind"] == "tool")]
-            dec = r_w[(r_w["engine"] == eng_sim) & (r_w["n_output"] > 1)]
-            rows.append({"workload": w, "engine": eng_paper, "series": SIM,
-                         "sessions": int(s_w[s_w["engine"] == eng_sim]["session"].nunique()),
-                         "total_rel": sim_tot[eng_sim] / sim_tot["ostinato"],
-                         "ttft_tool_s": tool["ttft_ms"].median() / 1e3 if len(tool) else np.nan,
-                         "tpot_ms": dec["tpot_ms"].median() if len(dec) else np.nan})
-table = pd.DataFrame(rows)
-# the same engine's simulated value over the paper's
-for col in ("total_rel", "ttft_tool_s", "tpot_ms"):
-    pv = table[table["series"] == PAPER].set_index(["workload", "engine"])[col]
-    table[f"{col}_vs_paper"] = [v / pv.get((w, e), np.nan) if s == SIM else np.nan
-                                for w, e, s, v in zip(table["workload"], table["engine"], table["series"], table[col])]
+table = V.relative_to_ostinato(ses, req, t3, t7, profile)
 saved = save_table(table, Path(tables_dir) / output_stem, floatfmt=".3g")
 print("wrote", *saved)
 order = lambda df: df.sort_values("total_rel")["engine"].tolist()  # noqa: E731
@@ -140,6 +100,28 @@ for w in workloads:
 table
 
 # %% [markdown]
+# ## Why the simulated tool-turn TTFTs are about 0.6× of the paper's
+# The synthetic tool outputs are not the cause: their median is close to the paper's. The simulator's prefill
+# model is Figure 7b's *slopes*; Figure 7b's lines also have an intercept, TTFT(128) − 128 × slope, a fixed part of
+# every request after a long prefix (0.5 s for Ostinato, 0.9 s for buun), which the simulator leaves out. Adding
+# each engine's intercept to its simulated median brings it to the paper's within a few percent; Figure 7b gives
+# no line for the other engines.
+
+# %%
+intercepts = V.fig7b_intercepts(f7)
+tool_turns = req[(req["kind"] == "tool") & (req["engine"] == "ostinato")]
+print(f"median new tokens of simulated tool turns: {tool_turns['n_new'].median():.0f}")
+sim_tool = table[table["series"] == SIM].set_index(["workload", "engine"])["ttft_tool_s"]
+pap_tool = table[table["series"] == PAPER].set_index(["workload", "engine"])["ttft_tool_s"]
+intercepts["simulated_ttft_tool_s"] = [sim_tool.get(("SWE", e), np.nan) for e in intercepts["engine"]]
+intercepts["paper_ttft_tool_s"] = [pap_tool.get(("SWE", e), np.nan) for e in intercepts["engine"]]
+intercepts["simulated_vs_paper"] = intercepts["simulated_ttft_tool_s"] / intercepts["paper_ttft_tool_s"]
+intercepts["with_intercept_vs_paper"] = ((intercepts["simulated_ttft_tool_s"] + intercepts["intercept_s"])
+                                         / intercepts["paper_ttft_tool_s"])
+print("wrote", *save_table(intercepts, Path(tables_dir) / f"{output_stem}_tool_ttft", floatfmt=".3g"))
+intercepts
+
+# %% [markdown]
 # ## Table 8b: the ablation steps
 # The paper's SWE held-out ablation (total relative to step 1, layer placement) beside the simulator's policies
 # that model each step: 1 `llama-layers`, 2 `llama-expert-cache`, 3 `resident-native-inturn` (resident experts,
@@ -147,21 +129,7 @@ table
 # The paper's steps 3 and 4 hold 4,864 experts and step 5 holds 5,702; the simulator uses the plan's pool for all.
 
 # %%
-STEP_POLICY = {1: "llama-layers", 2: "llama-expert-cache", 3: "resident-native-inturn", 4: "resident-native",
-               5: "ostinato"}
-pb = t8[(t8["panel"] == "b")].copy()
-pb["step"] = pb["step"].astype(int)
-base = float(pb.loc[pb["step"] == 1, "total_s"].iloc[0])
-abl = []
-swe = [w for w in workloads if w == "SWE"]
-sim_tot = ses[ses["workload"].isin(swe)].groupby("engine")["total_s"].sum()
-for _, r in pb[pb["step"].isin(STEP_POLICY)].iterrows():
-    pol = STEP_POLICY[int(r["step"])]
-    abl.append({"step": int(r["step"]), "config": r["config"], "policy": pol,
-                "paper_rel_step1": r["total_s"] / base,
-                "simulated_rel_step1": (sim_tot[pol] / sim_tot["llama-layers"])
-                if pol in sim_tot.index and "llama-layers" in sim_tot.index else np.nan})
-ablation = pd.DataFrame(abl)
+ablation = V.ablation_steps(ses, t8)
 print("wrote", *save_table(ablation, Path(tables_dir) / f"{output_stem}_ablation", floatfmt=".3g"))
 ablation
 
@@ -173,41 +141,7 @@ ablation
 # prefixes) and 7c (cold routes per token, `tables/routing_stats.md`) are not simulated here.
 
 # %%
-BINS = [(0, 128, "<128"), (128, 256, "128-255"), (256, 512, "256-511"), (512, 1024, "512-1023"),
-        (1024, 10**9, ">=1024")]
-f7 = pd.read_csv(figure7_csv)
-f7a = f7[f7["panel"] == "a"]
-
-
-def paper_range(ref: str, bin_label: str) -> tuple[float, float]:
-    """The paper's change (%) of Ostinato's median TTFT against a reference in the bin's range."""
-    key = "<512" if bin_label in ("<128", "128-255", "256-511") else bin_label
-    rows = f7a[(f7a["metric"] == "ttft_median_change") & (f7a["reference_engine"] == ref) & (f7a["new_tokens"] == key)]
-    if rows.empty:  # a bin given as two medians (>= 1024 tokens against layer placement)
-        med = f7a[(f7a["metric"] == "ttft_median") & (f7a["new_tokens"] == key)].set_index("engine")["value"]
-        if "ostinato" in med.index and ref in med.index:
-            v = (float(med["ostinato"]) / float(med[ref]) - 1) * 100
-            return (v, v)
-        return (np.nan, np.nan)
-    r = rows.iloc[0]
-    if pd.notna(r["value"]):
-        return (float(r["value"]), float(r["value"]))
-    return (float(r["value_low"]), float(r["value_high"]))
-
-
-tool = req[req["kind"] == "tool"]
-f7rows = []
-for lo, hi, label in BINS:
-    b = tool[(tool["n_new"] >= lo) & (tool["n_new"] < hi)]
-    med = b.groupby("engine")["ttft_ms"].median()
-    n_turns = int((b["engine"] == "ostinato").sum())
-    for ref, sims in (("llama.cpp-layers", ["llama-layers"]), ("expert caches", ["llama-expert-cache", "buun"])):
-        plo, phi = paper_range(ref, label)
-        for sim_ref in sims:
-            ch = (med.get("ostinato", np.nan) / med.get(sim_ref, np.nan) - 1) * 100
-            f7rows.append({"new_tokens": label, "turns": n_turns, "reference": ref, "simulated_reference": sim_ref,
-                           "paper_change_low_pct": plo, "paper_change_high_pct": phi, "simulated_change_pct": ch})
-fig7a = pd.DataFrame(f7rows)
+fig7a = V.fig7a_changes(req, f7)
 print("wrote", *save_table(fig7a, Path(tables_dir) / f"{output_stem}_fig7a", floatfmt=".3g"))
 fig7a
 
@@ -235,21 +169,7 @@ checks
 # the oracle variant whose admitted misses are read twice (by the CPU and by the copy).
 
 # %%
-lim_rows = []
-for path, s_name in zip(limit_json, sim_sets):
-    doc = json.loads(Path(path).read_text())
-    for t in doc["traces"]:
-        r_s = req[(req["set"] == s_name) & (req["session"] == t["session"])]
-        for eng, g in r_s.groupby("engine", sort=False):
-            steps = (g["n_output"] - 1).clip(lower=0).sum()
-            per_token = g["decode_ms"].sum() / steps if steps else np.nan
-            lim_rows.append({"set": s_name, "session": t["session"], "engine": eng,
-                             "limit_ms_per_token": t["limit_ms_per_token"],
-                             "min_read_twice_ms_per_token": t["min_read_twice_ms_per_token"],
-                             "decode_ms_per_token": per_token,
-                             "x_limit": per_token / t["limit_ms_per_token"],
-                             "x_min_read_twice": per_token / t["min_read_twice_ms_per_token"]})
-limits = pd.DataFrame(lim_rows)
+limits = V.decode_against_limit({s: json.loads(Path(p).read_text()) for p, s in zip(limit_json, sim_sets)}, req)
 if len(limits):
     print("wrote", *save_table(limits, Path(tables_dir) / f"{output_stem}_limit", floatfmt=".3g"))
 limits
@@ -262,7 +182,7 @@ limits
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(18.0, 3.8))
-engines = [e for e in PAPER_ENGINE.values() if e in set(table["engine"])]
+engines = [e for e in V.PAPER_ENGINE.values() if e in set(table["engine"])]
 for ax, col, title in ((axes[0], "total_rel", "(a) total time / Ostinato"),
                        (axes[1], "ttft_tool_s", "(b) median TTFT, tool turns (s)")):
     x = np.arange(len(engines))
@@ -285,7 +205,7 @@ ax.set_xticks(x, [f"{s}: {p}" for s, p in zip(ablation["step"], ablation["policy
 ax.set_title("(c) Table 8b steps, total / step 1")
 ax.legend(fontsize="x-small")
 ax = axes[3]
-labels = [b[2] for b in BINS]
+labels = [b[2] for b in V.BINS]
 x = np.arange(len(labels))
 for i, (sim_ref, marker) in enumerate((("llama-layers", "o"), ("llama-expert-cache", "^"), ("buun", "v"))):
     sub = fig7a[fig7a["simulated_reference"] == sim_ref].set_index("new_tokens").reindex(labels)

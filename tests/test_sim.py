@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from ostinato.costmodel.decode import LayerCosts, cold_routes, eq1_step_ms, mu_q
@@ -277,3 +278,60 @@ def test_lru_one_cache_per_device() -> None:
     # prefill (1 token <= cache_max_pass) fills the caches; shared: the two layers evict each other every time
     assert shared[0]["decode_ms"] == pytest.approx(2 * (10 + 2 * 0.5 + 2 * 0.137))
     assert per_dev[0]["decode_ms"] == pytest.approx(2 * (10 + 2 * 0.137))
+
+
+def _paper_frames():
+    t3 = pd.DataFrame({"workload": ["SWE"] * 3, "gpus": [4] * 3, "engine": ["ostinato", "llama.cpp-layers", "buun"],
+                       "sessions": [13] * 3, "total_s": [100.0, 150.0, 120.0], "tpot_ms": [26.0, 47.0, 27.0]})
+    t7 = pd.DataFrame({"workload": ["SWE"] * 2, "kind": ["tool"] * 2, "engine": ["ostinato", "buun"],
+                       "ttft_median_s": [1.0, 2.0]})
+    return t3, t7
+
+
+def test_validation_tables_relative_to_ostinato_by_hand():
+    from ostinato.sim import validation as V
+
+    t3, t7 = _paper_frames()
+    ses = pd.DataFrame({"engine": ["ostinato", "llama-layers", "buun"], "session": ["s"] * 3,
+                        "total_s": [10.0, 17.0, 11.0], "workload": ["SWE"] * 3})
+    req = pd.DataFrame({"engine": ["ostinato", "ostinato", "buun", "buun"], "kind": ["tool", "first", "tool", "tool"],
+                        "ttft_ms": [500.0, 9.0, 900.0, 1100.0], "tpot_ms": [20.0, 30.0, 25.0, 25.0],
+                        "n_output": [5, 1, 5, 5], "workload": ["SWE"] * 4})
+    t = V.relative_to_ostinato(ses, req, t3, t7, "p").set_index(["engine", "series"])
+    assert t.loc[("llama.cpp-layers", "paper"), "total_rel"] == pytest.approx(1.5)
+    assert t.loc[("llama.cpp-layers", "simulated (p)"), "total_rel"] == pytest.approx(1.7)
+    assert t.loc[("llama.cpp-layers", "simulated (p)"), "total_rel_vs_paper"] == pytest.approx(1.7 / 1.5)
+    assert t.loc[("buun", "simulated (p)"), "ttft_tool_s"] == pytest.approx(1.0)  # median of 0.9 and 1.1 s
+    assert t.loc[("buun", "simulated (p)"), "ttft_tool_s_vs_paper"] == pytest.approx(0.5)
+    assert t.loc[("ostinato", "simulated (p)"), "tpot_ms"] == pytest.approx(20.0)  # single-token outputs left out
+
+
+def test_validation_ablation_fig7a_limit_and_intercepts_by_hand():
+    from ostinato.sim import validation as V
+
+    t8 = pd.DataFrame({"panel": ["b", "b", "b"], "step": [1, 2, 5], "config": ["a", "b", "c"],
+                       "total_s": [100.0, 80.0, 60.0]})
+    ses = pd.DataFrame({"engine": ["llama-layers", "ostinato"], "total_s": [10.0, 7.0], "workload": ["SWE"] * 2})
+    abl = V.ablation_steps(ses, t8).set_index("step")
+    assert abl.loc[5, "paper_rel_step1"] == pytest.approx(0.6) and abl.loc[5, "simulated_rel_step1"] == pytest.approx(0.7)
+    assert np.isnan(abl.loc[2, "simulated_rel_step1"])  # no expert-cache policy simulated here
+    f7 = pd.DataFrame({"panel": ["a", "b", "b", "b", "b"], "metric": ["ttft_median_change", "ttft", "ttft",
+                                                                     "ttft_slope", "ttft_slope"],
+                       "engine": ["ostinato", "buun", "ostinato", "ostinato", "buun"],
+                       "reference_engine": ["llama.cpp-layers", "", "", "", ""], "new_tokens": ["<512", "128", "128",
+                                                                                               "split path",
+                                                                                               "split path"],
+                       "value": [np.nan, 1.63, 0.92, 3.2, 6.0], "value_low": [-25.2, np.nan, np.nan, np.nan, np.nan],
+                       "value_high": [-22.0, np.nan, np.nan, np.nan, np.nan]})
+    req = pd.DataFrame({"engine": ["ostinato", "llama-layers"], "kind": ["tool", "tool"], "n_new": [200, 200],
+                        "ttft_ms": [75.0, 100.0], "set": ["x", "x"], "session": ["s", "s"], "n_output": [11, 11],
+                        "decode_ms": [50.0, 100.0]})
+    f7a = V.fig7a_changes(req, f7)
+    row = f7a[(f7a["new_tokens"] == "128-255") & (f7a["simulated_reference"] == "llama-layers")].iloc[0]
+    assert row["simulated_change_pct"] == pytest.approx(-25.0) and row["paper_change_low_pct"] == -25.2
+    lim = V.decode_against_limit({"x": {"traces": [{"session": "s", "limit_ms_per_token": 2.0,
+                                                    "min_read_twice_ms_per_token": 4.0}]}}, req).set_index("engine")
+    assert lim.loc["ostinato", "x_limit"] == pytest.approx(2.5) and lim.loc["llama-layers", "x_min_read_twice"] == 2.5
+    icp = V.fig7b_intercepts(f7).set_index("engine")
+    assert icp.loc["buun", "intercept_s"] == pytest.approx(1.63 - 0.768)
+    assert icp.loc["ostinato", "intercept_s"] == pytest.approx(0.92 - 0.4096)

@@ -59,7 +59,7 @@ rule render_sim_validation:
     output:
         notebook="results/sim/sim_validation.ipynb",
         **notebook_outputs("sim_validation"),
-        **{f"{t}_{x}": f"tables/sim_validation_{t}.{x}" for t in ("ablation", "checks", "fig7a", "limit")
+        **{f"{t}_{x}": f"tables/sim_validation_{t}.{x}" for t in ("ablation", "checks", "fig7a", "limit", "tool_ttft")
            for x in ("csv", "md")},
     log:
         "results/sim/sim_validation.log",
