@@ -321,3 +321,50 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     assert pred[pred["series"] == "simulated (test calibration)"]["predicted_ms"].notna().sum() == 2
     cal = pd.read_csv(tmp_path / "tables" / "calibrate.csv").set_index("series")
     assert cal.loc["measured (test)", "beta_ms"] == 0.1 and np.isfinite(cal.loc["paper", "beta_ms"])
+
+
+def test_every_paper_result_is_traced_by_one_name():
+    """docs/results.md follows each paper result to its notebook, rule, stage, command and engine flags: every name
+    there exists, every notebook is listed, and each stage's rule file, command, module and results folder agree."""
+    import re
+
+    from ostinato.cli import build_parser
+
+    doc = (REPO / "docs" / "results.md").read_text()
+    table = doc[doc.index("| paper result |"):doc.index("| notebook | what it shows |")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:] if line.startswith("|")]
+    rules = {m for f in (REPO / "workflow" / "rules").glob("*.smk") for m in re.findall(r"^rule (\w+):", f.read_text(), re.M)}
+    groups = set(build_parser()._subparsers._group_actions[0].choices)
+    engine_doc = (REPO / "engine" / "README.md").read_text()
+    listed = set()
+    for result, nb, render, stages, commands, flags in rows:
+        name = nb.strip("`")
+        listed.add(name)
+        assert (REPO / "notebooks" / f"{name}.ipynb").is_file() and (REPO / "notebooks" / f"{name}.py").is_file(), name
+        assert render.strip("`") in rules, render
+        for part in stages.split(";"):
+            stage, _, stage_rules = part.strip().partition(":")
+            assert (REPO / "workflow" / "rules" / f"{stage}.smk").is_file() and stage in groups, stage
+            assert (REPO / "src" / "ostinato" / stage).is_dir(), stage
+            for r in re.findall(r"`(\w+)`", stage_rules):
+                assert r in rules, r
+                smk = (REPO / "workflow" / "rules" / f"{stage}.smk").read_text()
+                assert f"rule {r}:" in smk, f"rule {r} is not in {stage}.smk"
+        for c in re.findall(r"`ostinato (\w+)`", commands):
+            assert c in groups, c
+        for flag in re.findall(r"`(--[\w-]+)`", flags):
+            assert f"`{flag}" in engine_doc, f"engine flag {flag} is not documented in engine/README.md"
+    assert listed == {p.stem for p in (REPO / "notebooks").glob("*.ipynb")}
+
+
+def test_rules_write_under_their_stage():
+    """Every rule of workflow/rules/<stage>.smk logs under results/<stage>/ (one stage name everywhere)."""
+    import re
+
+    for f in (REPO / "workflow" / "rules").glob("*.smk"):
+        if f.stem == "common":
+            continue
+        for rule, body in re.findall(r"^rule (\w+):\n((?:    .*\n|\n)*)", f.read_text(), re.M):
+            log = re.search(r"log:\n\s+\"([^\"]+)\"", body)
+            assert log, f"{f.name}: rule {rule} has no log"
+            assert log.group(1).startswith(f"results/{f.stem}/"), f"{f.name}: rule {rule} logs to {log.group(1)}"
