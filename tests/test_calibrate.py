@@ -57,8 +57,8 @@ def test_fit_recovers_known_constants() -> None:
     assert f.tpot_ms[0] == pytest.approx(10.4) and f.decode_fit_residual_ms == pytest.approx(0, abs=1e-9)
     assert (f.prefill_pass_ms, f.prefill_token_ms) == (pytest.approx(5), pytest.approx(0.5))
     assert (f.cpu_layer_ms, f.cpu_route_ms) == (pytest.approx(2), pytest.approx(0.01))
-    # 2 MiB in 1 ms and 4 MiB in 1.5 ms: 0.5 ms latency, 4 MiB/ms; one 256 KiB expert 0.5625 ms
-    assert f.upload_latency_ms == pytest.approx(0.5) and f.upload_expert_ms == pytest.approx(0.5625)
+    # 2 MiB in 1 ms and 4 MiB in 1.5 ms: 0.5 ms latency per pass, 4 MiB/ms; one 256 KiB expert copies in 0.0625 ms
+    assert f.upload_latency_ms == pytest.approx(0.5) and f.upload_expert_ms == pytest.approx(0.0625)
     with pytest.raises(ValueError, match="two r >= 1"):
         fit_calibration(_rows(2, 1), ups, 2, 1, 2**18)
 

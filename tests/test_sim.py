@@ -335,3 +335,19 @@ def test_validation_ablation_fig7a_limit_and_intercepts_by_hand():
     icp = V.fig7b_intercepts(f7).set_index("engine")
     assert icp.loc["buun", "intercept_s"] == pytest.approx(1.63 - 0.768)
     assert icp.loc["ostinato", "intercept_s"] == pytest.approx(0.92 - 0.4096)
+
+
+def test_upload_latency_is_paid_once_per_upload_pass():
+    """An upload pass pays the link's latency once and each distinct cold expert's copy (calibrate separates them)."""
+    n_layer, n_expert, k = 2, 8, 2
+    hot = np.zeros((n_layer, n_expert), dtype=bool)
+    costs = LayerCosts.from_branches([BranchCosts(0.5, 1.0, 0.2, 0.3)] * n_layer)
+    base = SimParams(decode_other_ms=0.0, prefill_token_ms=0.0, prefill_pass_ms=0.0, cpu_route_ms=0.0,
+                     cpu_layer_ms=0.0, gpu_route_ms=0.0, upload_expert_ms=0.25, n_ubatch=8, upload_min=4)
+    ids = np.zeros((5, n_layer, k), dtype=np.int64)
+    ids[:, :, 1] = 1  # 2 distinct experts per layer, 4 uploads in all (the fifth position is the output token)
+    reqs = [Request("first", 4, 1)]
+    t0 = simulate_session(reqs, ids, n_expert, ostinato(hot), costs, base)[0]["prefill_ms"]
+    with_latency = SimParams(**{**base.__dict__, "upload_pass_ms": 0.18})
+    t1 = simulate_session(reqs, ids, n_expert, ostinato(hot), costs, with_latency)[0]["prefill_ms"]
+    assert t0 == pytest.approx(4 * 0.25) and t1 == pytest.approx(4 * 0.25 + 0.18)

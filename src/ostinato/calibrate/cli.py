@@ -17,16 +17,15 @@ from ostinato.atomic import atomic_open
 from ostinato.calibrate.fit import fit_calibration, profile_doc, sim_params_doc
 from ostinato.calibrate.run import CalibrationPlan, CalibrationRow, cold_route_trace, run_calibration, upload_passes
 from ostinato.costmodel.params import load_profile
-from ostinato.models.gguf_shape import moe_shape_from_gguf
+from ostinato.models.gguf_shape import MoeShape, moe_shape_from_gguf
 from ostinato.presets import RESIDENT_SHARE, UPLOAD_MIN, preset
 from ostinato.residency.budget import check_share, expert_budget_from_shape, single_gpu_plan
-from ostinato.residency.planfile import write_plan
+from ostinato.residency.planfile import read_plan, write_plan
 from ostinato.routing.trace import write_trace
 
 
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+def _measure(args: argparse.Namespace, out: Path) -> tuple[MoeShape, dict]:
+    """Run the calibration requests; write rows.csv, uploads.csv, plan.json and server.log into `out`."""
     model = Path(args.model)
     shape = moe_shape_from_gguf(model, args.llama_tree)
     k, e = shape.n_expert_used, shape.n_expert
@@ -34,11 +33,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if not (k <= n_hot <= e - k):
         raise ValueError(f"--resident-share {args.resident_share}: {n_hot} of {e} experts resident per layer; "
                          f"the calibration needs at least k = {k} hot and k cold experts")
-    plan = CalibrationPlan(args.decode_prompt, args.decode, int_list(args.split_sizes, "--split-sizes", minimum=1), args.upload_size, args.reps,
-                           args.seed, vocab_hi=min(shape.n_vocab, 20000))
+    plan = CalibrationPlan(args.decode_prompt, args.decode, int_list(args.split_sizes, "--split-sizes", minimum=1),
+                           args.upload_size, args.reps, args.seed, vocab_hi=min(shape.n_vocab, 20000))
     if max(plan.split_sizes) >= args.upload_min or plan.upload_size < args.upload_min:
         raise ValueError(f"--split-sizes must stay below --upload-min {args.upload_min} and --upload-size reach it")
-    base = load_profile(args.base_profile).model(args.base_model)
 
     # a plan holding experts [0, n_hot) of every MoE layer, and one forced trace per r cold routes
     hot = np.zeros((shape.n_layer, e), dtype=bool)
@@ -72,10 +70,35 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     ups = upload_passes(log_path.read_text(encoding="utf-8", errors="replace"))
     with atomic_open(out / "uploads.csv", "w") as f:
         ups.to_csv(f, index=False)
-    fit = fit_calibration(df, ups, len(shape.moe_layers()), k, float(max(shape.expert_bytes)))
     machine = {"name": args.machine, "threads": args.threads, "model_file": model.name,
                "engine": cfg.variant, "server_args": list(cfg.server_args) + list(common)}
-    name = args.profile_name or args.machine
+    return shape, machine
+
+
+def _measured(out: Path) -> tuple[MoeShape, dict]:
+    """For --refit: the model's shape from the run's plan.json and the machine block of its profile.yaml."""
+    for name in ("rows.csv", "uploads.csv", "plan.json", "profile.yaml"):
+        if not (out / name).is_file():
+            raise FileNotFoundError(f"--refit: {out / name} missing (the outputs of an earlier `ostinato calibrate`)")
+    pf = read_plan(out / "plan.json")
+    shape = MoeShape(pf.model_name, pf.n_layer, pf.n_expert, pf.n_expert_used, tuple(pf.expert_bytes))
+    prof = yaml.safe_load((out / "profile.yaml").read_text(encoding="utf-8"))
+    return shape, prof.get("machine", {})
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.refit:
+        shape, machine = _measured(out)
+    else:
+        if not (args.model and args.llama_tree and args.variants_dir and args.machine):
+            raise ValueError("calibrate needs --model, --llama-tree, --variants-dir and --machine (or --refit)")
+        shape, machine = _measure(args, out)
+    fit = fit_calibration(pd.read_csv(out / "rows.csv"), pd.read_csv(out / "uploads.csv"), len(shape.moe_layers()),
+                          shape.n_expert_used, float(max(shape.expert_bytes)))
+    base = load_profile(args.base_profile).model(args.base_model)
+    name = args.profile_name or machine.get("name") or args.machine
     with atomic_open(out / "profile.yaml", "w") as f:
         yaml.safe_dump(profile_doc(fit, base, args.base_profile, shape, args.model_name or shape.name, machine, name,
                                    args.upload_min), f, sort_keys=False)
@@ -91,10 +114,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `calibrate` command."""
     c = sub.add_parser("calibrate", help="the cost model's constants on this machine (ostinato engine, forced routing)")
-    c.add_argument("--model", required=True, help="GGUF model")
-    c.add_argument("--llama-tree", required=True, help="the pinned llama.cpp tree (its gguf-py reads the model)")
-    c.add_argument("--variants-dir", required=True, help="build/engine/<backend>: ostinato/bin/llama-server")
-    c.add_argument("--machine", required=True, help="label of this machine (profile name unless --profile-name)")
+    c.add_argument("--model", help="GGUF model")
+    c.add_argument("--llama-tree", help="the pinned llama.cpp tree (its gguf-py reads the model)")
+    c.add_argument("--variants-dir", help="build/engine/<backend>: ostinato/bin/llama-server")
+    c.add_argument("--machine", help="label of this machine (profile name unless --profile-name)")
+    c.add_argument("--refit", action="store_true",
+                   help="measure nothing: fit again the rows.csv and uploads.csv an earlier run wrote into --out "
+                        "(its plan.json gives the model's shape, its profile.yaml the machine)")
     c.add_argument("--profile-name", help="name written into profile.yaml")
     c.add_argument("--model-name", help="model key in profile.yaml (default: the GGUF's name)")
     c.add_argument("--base-profile", default="paper-4x4090d", help="profile that gamma0 and G are taken from")

@@ -29,8 +29,8 @@ class CalibrationFit:
     cpu_layer_ms: float                  # per layer and request: fixed cost of a CPU branch with cold routes
     cpu_route_ms: float                  # per layer: one cold route on the CPU, less its cost on the GPU
     upload_bytes_per_ms: float           # from the upload passes (nan when none ran)
-    upload_latency_ms: float
-    upload_expert_ms: float              # one expert of the model's size
+    upload_latency_ms: float             # per upload pass, whatever it copies
+    upload_expert_ms: float              # the copy of one expert of the model's size inside a pass (no latency)
     n_upload_passes: int
 
     def to_dict(self) -> dict:
@@ -67,7 +67,7 @@ def fit_calibration(rows: pd.DataFrame, uploads: pd.DataFrame, n_moe_layer: int,
 
     if len(uploads):
         up = fit_upload(uploads["bytes"].to_numpy(), uploads["ms"].to_numpy())
-        bpm, lat, one = up.bytes_per_ms, up.latency_ms, up.expert_ms(expert_bytes)
+        bpm, lat, one = up.bytes_per_ms, up.latency_ms, up.copy_ms(expert_bytes)
     else:
         bpm = lat = one = float("nan")
     return CalibrationFit(n_moe_layer, k, {int(r): float(v) for r, v in dec.items()}, float(lr.slope),
@@ -97,11 +97,13 @@ def profile_doc(fit: CalibrationFit, base: ModelCosts, base_name: str, shape: Mo
         "models": {model_name: {
             "n_moe_layer": len(moe), "n_expert": shape.n_expert, "n_expert_used": shape.n_expert_used,
             "classes": classes,
-            "upload": {"expert_ms_idle": fit.upload_expert_ms, "expert_ms_loaded": fit.upload_expert_ms},
+            "upload": {"expert_ms_idle": fit.upload_expert_ms, "expert_ms_loaded": fit.upload_expert_ms,
+                       "pass_ms": fit.upload_latency_ms},
             "cpu_token_expert_ms": fit.cpu_route_ms, "upload_min": upload_min,
             "calibration": {
                 "measured": ["beta_ms", "alpha_ms - gamma0_ms", "cpu_token_expert_ms (a cold route on the CPU "
-                             "less its GPU cost)", "upload.expert_ms_idle"],
+                             "less its GPU cost)", "upload.expert_ms_idle (one expert's copy)",
+                             "upload.pass_ms (the latency of a pass)"],
                 "from_profile": {"profile": base_name, "keys": ["gamma0_ms", "gpu_branch_ms"]},
                 "not_measured": ["upload.expert_ms_loaded (set to the idle time: uploads were not timed under "
                                  "CPU load)"],
@@ -119,4 +121,5 @@ def sim_params_doc(fit: CalibrationFit, base: ModelCosts, upload_min: int, n_uba
             "prefill_pass_ms": max(fit.prefill_pass_ms, 0.0), "cpu_route_ms": fit.cpu_route_ms,
             "cpu_layer_ms": fit.cpu_layer_ms, "gpu_route_ms": 0.0,
             "upload_expert_ms": fit.upload_expert_ms if np.isfinite(fit.upload_expert_ms) else base.upload_ms_idle,
+            "upload_pass_ms": fit.upload_latency_ms if np.isfinite(fit.upload_latency_ms) else base.upload_pass_ms,
             "n_ubatch": n_ubatch, "upload_min": upload_min}

@@ -57,8 +57,12 @@ class UploadFit:
     bytes_per_ms: float
 
     def expert_ms(self, expert_bytes: float) -> float:
-        """Predicted time to upload one expert."""
-        return self.latency_ms + expert_bytes / self.bytes_per_ms
+        """Predicted time of an upload of one expert alone: the latency and the copy."""
+        return self.latency_ms + self.copy_ms(expert_bytes)
+
+    def copy_ms(self, expert_bytes: float) -> float:
+        """The copy of one expert inside an upload of many (the latency is paid once per upload)."""
+        return expert_bytes / self.bytes_per_ms
 
 
 def fit_upload(nbytes: np.ndarray, ms: np.ndarray) -> UploadFit:

@@ -58,13 +58,14 @@ class ModelCosts:
     n_expert: int
     n_expert_used: int
     classes: tuple[SizeClass, ...]
-    upload_ms_idle: float            # one expert over an idle bus
-    upload_ms_loaded: float          # one expert while the CPU reads host memory
+    upload_ms_idle: float            # one expert's copy over an idle bus
+    upload_ms_loaded: float          # one expert's copy while the CPU reads host memory
     cpu_token_expert_ms: float       # CPU time of one token through one expert
     upload_min: int                  # Np: passes of >= upload_min tokens take the upload path
     gpu_branch_ms_range: tuple[float, float] | None = None
     delta_ms_range: tuple[float, float] | None = None
     extra: dict = field(default_factory=dict)
+    upload_pass_ms: float = 0.0      # latency of one upload of any number of experts (paid once per pass)
 
     def layer_costs(self) -> list[BranchCosts]:
         """Branch costs of every MoE layer, classes in order (first class's layers first)."""
@@ -116,7 +117,7 @@ def _model_from_dict(name: str, d: dict) -> ModelCosts:
                       float(up.get("expert_ms_idle", np.nan)), float(up.get("expert_ms_loaded", np.nan)),
                       float(d.get("cpu_token_expert_ms", np.nan)), int(d.get("upload_min", 512)),
                       _pair(d.get("gpu_branch_ms_range")), _pair(d.get("delta_ms_range")),
-                      {k: v for k, v in d.items() if k not in known})
+                      {k: v for k, v in d.items() if k not in known}, float(up.get("pass_ms", 0.0)))
 
 
 def profile_from_dict(d: dict) -> Profile:

@@ -17,7 +17,7 @@ class SimParams:
     cpu_route_ms: float             # CPU time per route in a batched pass
     cpu_layer_ms: float             # CPU fixed time per layer with any CPU route in a batched pass
     gpu_route_ms: float             # GPU time per route in a batched pass
-    upload_expert_ms: float         # one expert over PCIe (under CPU load where the CPU also works)
+    upload_expert_ms: float         # one expert's copy over PCIe (under CPU load where the CPU also works)
     n_ubatch: int = 2048            # largest forward pass
     upload_min: int = 512           # Np: passes of >= upload_min tokens take the upload path
     cache_max_pass: int = 32        # expert caches serve passes of at most this many tokens
@@ -27,6 +27,7 @@ class SimParams:
     bg_admit_ms: float = 0.0        # GPU wait per background admission (borrowed memory, buun)
     max_upload_backlog: float = 8.0  # background upload budget that can accumulate (experts)
     reprefill_output: bool = False  # no KV reuse of outputs: each request also prefills the previous output
+    upload_pass_ms: float = 0.0     # latency of one upload (an upload pass, or a cache's misses at one layer)
 
 
 def paper_illustrative(m: ModelCosts) -> SimParams:
@@ -45,4 +46,4 @@ def paper_illustrative(m: ModelCosts) -> SimParams:
     return SimParams(decode_other_ms=25.63 - eq1, prefill_token_ms=1.5,
                      prefill_pass_ms=5.0, cpu_route_ms=cpu_route, cpu_layer_ms=c.alpha_ms,
                      gpu_route_ms=gpu_route, upload_expert_ms=m.upload_ms_loaded,
-                     upload_min=m.upload_min, checkpoint_tail=4)
+                     upload_min=m.upload_min, checkpoint_tail=4, upload_pass_ms=m.upload_pass_ms)

@@ -72,7 +72,8 @@ def _prefill_pass_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p:
     routes = n * k
     if n >= p.upload_min:
         u = _distinct(ids, ~hot)
-        return base + float(np.sum(p.upload_expert_ms * u + p.gpu_route_ms * routes))
+        return (base + (p.upload_pass_ms if u.sum() else 0.0)
+                + float(np.sum(p.upload_expert_ms * u + p.gpu_route_ms * routes)))
     return base + float(np.sum(np.where(r > 0, p.cpu_layer_ms, 0.0) + p.cpu_route_ms * r
                                + p.gpu_route_ms * (routes - r)))
 
@@ -96,7 +97,8 @@ def _lru_pass_ms(ids: np.ndarray, st: _State, pol: Policy, c: LayerCosts, p: Sim
                 if len(lru) >= pol.cache_slots:
                     lru.popitem(last=False)
                 lru[key] = None
-        t += p.upload_expert_ms * misses + (c.gpu[il] if decode else p.gpu_route_ms * n * k)
+        t += ((p.upload_pass_ms if misses else 0.0) + p.upload_expert_ms * misses
+              + (c.gpu[il] if decode else p.gpu_route_ms * n * k))
     return t
 
 
@@ -159,7 +161,7 @@ def _decay_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p:
 def _accrue_uploads(st: _State, step_ms: float, p: SimParams) -> None:
     """Background uploads are limited by the link: a step of step_ms adds step_ms / upload_expert_ms experts of
     budget (capped at max_upload_backlog); each admission spends one."""
-    st.upload_budget = min(st.upload_budget + step_ms / p.upload_expert_ms, p.max_upload_backlog)
+    st.upload_budget = min(st.upload_budget + step_ms / (p.upload_expert_ms + p.upload_pass_ms), p.max_upload_backlog)
 
 
 def _borrowed_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p: SimParams) -> np.ndarray:

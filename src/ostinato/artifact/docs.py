@@ -1,0 +1,163 @@
+"""Documents whose numbers come from data: `ARTIFACT.md` and the READMEs of `data/reference/`.
+
+Each is rendered from a Jinja template (`<name>.md.j2`, see `TEMPLATES`) in which every measured or published
+number is an expression over the shipped files it comes from (`csv`, `json`, `yaml`, `text` read a file relative to
+the template's folder, or to the repository root with a leading `/`), formatted by the filters below. The
+committed document must equal the rendering (`ostinato artifact docs --check`, run by the tests), so a number
+cannot drift from its data, and a change of data shows up as a change of the document.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+import yaml as _yaml
+
+# template -> document, relative to the repository root
+TEMPLATES: dict[str, str] = {
+    "artifact/ARTIFACT.md.j2": "ARTIFACT.md",
+    "data/reference/h200/README.md.j2": "data/reference/h200/README.md",
+    "data/reference/h200/residency/README.md.j2": "data/reference/h200/residency/README.md",
+    "data/reference/h200/calibrate/README.md.j2": "data/reference/h200/calibrate/README.md",
+    "data/reference/h200/compare/README.md.j2": "data/reference/h200/compare/README.md",
+    "data/reference/h200/ablation/README.md.j2": "data/reference/h200/ablation/README.md",
+    "data/reference/h200/qwen/README.md.j2": "data/reference/h200/qwen/README.md",
+}
+MINUS = "\u2212"  # the documents' typographic minus
+
+
+def num(x: float | int | str, fmt: str = ".3g", plus: bool = False) -> str:
+    """`x` formatted with `fmt` (Python format spec; `,` groups thousands), a typographic minus, `+` if `plus`."""
+    if isinstance(x, str):
+        x = float(x)
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        raise ValueError("a number quoted in a document is missing (NaN or None) in its data")
+    s = format(x, fmt)
+    if s.startswith("-"):
+        s = MINUS + s[1:]
+    elif plus and float(x) > 0:
+        s = "+" + s
+    return s
+
+
+def pct(x: float, digits: int = 1, plus: bool = False, scale: float = 1.0) -> str:
+    """A percentage: `x * scale` with `digits` decimals and a % sign (`scale=100` for a share)."""
+    return num(x * scale, f".{digits}f", plus) + "%"
+
+
+def rng(lo: float, hi: float, fmt: str = ".2f", unit: str = "") -> str:
+    """`lo–hi` with an en dash (one value when both round the same)."""
+    a, b = num(lo, fmt), num(hi, fmt)
+    return (a if a == b else f"{a}–{b}") + unit
+
+
+@dataclass
+class Frame:
+    """A CSV as the templates use it: rows picked by column values, one value, a column."""
+
+    df: pd.DataFrame
+    path: str
+
+    def where(self, **eq) -> Frame:
+        df = self.df
+        for k, v in eq.items():
+            if k not in df.columns:
+                raise KeyError(f"{self.path}: no column {k!r} (columns: {', '.join(map(str, df.columns))})")
+            df = df[df[k].astype(str) == str(v)]
+        return Frame(df, self.path)
+
+    def one(self, col: str, **eq) -> object:
+        """The value of `col` in the one row matching `eq` (an error naming the file otherwise)."""
+        sub = self.where(**eq).df
+        if len(sub) != 1:
+            raise ValueError(f"{self.path}: {len(sub)} rows match {eq}, expected one")
+        return sub[col].iloc[0]
+
+    def col(self, col: str) -> list:
+        return list(self.df[col])
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+
+class Loader:
+    """File access for one template: paths relative to its folder, or to the repository root when they start with /."""
+
+    def __init__(self, root: Path, folder: Path):
+        self.root, self.folder = root, folder
+
+    def path(self, rel: str) -> Path:
+        p = self.root / rel.lstrip("/") if rel.startswith("/") else self.folder / rel
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: a document quotes this file, and it is missing")
+        return p
+
+    def csv(self, rel: str) -> Frame:
+        return Frame(pd.read_csv(self.path(rel)), rel)
+
+    def json(self, rel: str) -> object:
+        return _json.loads(self.path(rel).read_text(encoding="utf-8"))
+
+    def yaml(self, rel: str) -> object:
+        return _yaml.safe_load(self.path(rel).read_text(encoding="utf-8"))
+
+    def text(self, rel: str) -> str:
+        return self.path(rel).read_text(encoding="utf-8")
+
+    def grep(self, rel: str, pattern: str, group: int = 1) -> str:
+        """The first match of `pattern` in a text file (its `group`), an error naming the file when there is none."""
+        m = re.search(pattern, self.text(rel), re.M)
+        if not m:
+            raise ValueError(f"{rel}: no line matches {pattern!r}")
+        return m.group(group)
+
+
+def environment(root: Path, template: Path) -> jinja2.Environment:
+    """The Jinja environment of one template: its loaders and the number filters."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(template.parent), str(root)]),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    ld = Loader(root, template.parent)
+    env.globals.update(csv=ld.csv, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, num=num, pct=pct,
+                       min=min, max=max, sum=sum, len=len, round=round, sorted=sorted, abs=abs)
+    env.filters.update(num=num, pct=pct)
+    from ostinato.artifact import facts  # the computations longer than a template expression
+
+    env.globals["facts"] = facts.Facts(ld)
+    return env
+
+
+def render(root: Path, template: str) -> str:
+    """The document of one template."""
+    path = root / template
+    return environment(root, path).get_template(path.name).render()
+
+
+def check(root: Path) -> list[str]:
+    """The documents that differ from their rendering (empty when all are current)."""
+    stale = []
+    for tpl, out in TEMPLATES.items():
+        doc = root / out
+        if not doc.is_file() or doc.read_text(encoding="utf-8") != render(root, tpl):
+            stale.append(out)
+    return stale
+
+
+def write(root: Path) -> list[str]:
+    """Render every document; return those that changed."""
+    from ostinato.atomic import atomic_open
+
+    changed = []
+    for tpl, out in TEMPLATES.items():
+        text = render(root, tpl)
+        doc = root / out
+        if not doc.is_file() or doc.read_text(encoding="utf-8") != text:
+            with atomic_open(doc) as f:
+                f.write(text)
+            changed.append(out)
+    return changed
