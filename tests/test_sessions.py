@@ -279,6 +279,33 @@ def test_tables_hold_counts_only_and_match_tokenization(tmp_path: Path):
     assert entry["command"].startswith("ostinato sessions tables")
 
 
+def test_table_counts_are_hf_tokenizers_counts(tmp_path: Path):
+    """`sessions tables` counts deepseek and qwen tokens with HF tokenizers (deepseek: the package's tokenizer.json
+    as it is) and records the tokenizers version."""
+    import tokenizers
+
+    from ostinato.models.vocab import deepseek_tokenizer_json, get_tokenizer
+    from ostinato.sessions import get_template
+
+    out, prov = tmp_path / "swe-mini.turns.csv", tmp_path / "provenance.json"
+    assert cli_main(["sessions", "tables", "--source", "swe-mini", "--mirror", str(FIXTURES), "--tokenizers", "deepseek",
+                     "qwen", "--provenance", str(prov), "--no-progress", "--out", str(out)]) == 0
+    hf = {"deepseek": tokenizers.Tokenizer.from_file(str(deepseek_tokenizer_json())), "qwen": get_tokenizer("qwen").hf}
+    assert isinstance(hf["qwen"], tokenizers.Tokenizer)
+    session = read_swe_mini(SWE_MINI / "demo__demo-1.traj.json")
+    rows = read_table(out)["swe-mini/demo__demo-1"]
+    for name, template in (("deepseek", get_template("deepseek")), ("qwen", CHATML)):
+        def count(text: str) -> int:
+            return len(hf[name].encode(text, add_special_tokens=False).ids)
+
+        want = [(count(template.render_prompt(r.new_messages)), count(template.render_output(r.output)))
+                for r in session.requests]
+        assert [(r.new[name], r.output[name]) for r in rows] == want, name
+    versions = json.loads(prov.read_text())["tables"]["swe-mini"]["tokenizers"]
+    assert versions["deepseek"] == {"package": "deepseek-tokenizer", "version": "0.3.0",
+                                    "tokenizers": tokenizers.__version__}
+
+
 def test_committed_tables_have_provenance_and_no_text():
     prov = json.loads((DATA / "provenance.json").read_text())
     for source in ("swe-mini", "tau2"):

