@@ -21,6 +21,7 @@ _GROUPS = (
     "ostinato.figures.cli",
     "ostinato.sweep.cli",
     "ostinato.calibrate.cli",
+    "ostinato.artifact.cli",
 )
 
 

@@ -21,13 +21,7 @@ import yaml as _yaml
 
 # template -> document, relative to the repository root
 TEMPLATES: dict[str, str] = {
-    "artifact/ARTIFACT.md.j2": "ARTIFACT.md",
-    "data/reference/h200/README.md.j2": "data/reference/h200/README.md",
     "data/reference/h200/residency/README.md.j2": "data/reference/h200/residency/README.md",
-    "data/reference/h200/calibrate/README.md.j2": "data/reference/h200/calibrate/README.md",
-    "data/reference/h200/compare/README.md.j2": "data/reference/h200/compare/README.md",
-    "data/reference/h200/ablation/README.md.j2": "data/reference/h200/ablation/README.md",
-    "data/reference/h200/qwen/README.md.j2": "data/reference/h200/qwen/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
 
@@ -38,6 +32,10 @@ def num(x: float | int | str, fmt: str = ".3g", plus: bool = False) -> str:
         x = float(x)
     if x is None or (isinstance(x, float) and math.isnan(x)):
         raise ValueError("a number quoted in a document is missing (NaN or None) in its data")
+    if fmt.endswith("d"):
+        if float(x) != int(float(x)):
+            raise ValueError(f"{x} quoted as an integer")
+        x = int(float(x))
     s = format(x, fmt)
     if s.startswith("-"):
         s = MINUS + s[1:]
@@ -121,7 +119,8 @@ class Loader:
 def environment(root: Path, template: Path) -> jinja2.Environment:
     """The Jinja environment of one template: its loaders and the number filters."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(template.parent), str(root)]),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+                             extensions=["jinja2.ext.do"])
     ld = Loader(root, template.parent)
     env.globals.update(csv=ld.csv, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, num=num, pct=pct,
                        min=min, max=max, sum=sum, len=len, round=round, sorted=sorted, abs=abs)
@@ -133,9 +132,14 @@ def environment(root: Path, template: Path) -> jinja2.Environment:
 
 
 def render(root: Path, template: str) -> str:
-    """The document of one template."""
+    """The document of one template (an error naming the template and its line when it cannot be rendered)."""
     path = root / template
-    return environment(root, path).get_template(path.name).render()
+    if not path.is_file():
+        raise FileNotFoundError(f"{template}: template missing")
+    try:
+        return environment(root, path).get_template(path.name).render()
+    except jinja2.TemplateError as exc:
+        raise ValueError(f"{template}: {exc}") from None
 
 
 def check(root: Path) -> list[str]:

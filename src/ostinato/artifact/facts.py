@@ -1,0 +1,96 @@
+"""Numbers the documents quote that take more than a template expression: comparisons over repeated runs, sweep
+rows, build times, test counts, the machine. Each reads the shipped files through the template's `Loader`."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+
+class Facts:
+    """The computations a template calls as `facts.<name>(...)`; paths as in the template (`Loader`)."""
+
+    def __init__(self, loader):
+        self.ld = loader
+
+    # --- replays -------------------------------------------------------------------------------------------------
+    def compare(self, run_dirs: list[str], target: str = "ostinato", n_resamples: int = 9999, seed: int = 0) -> pd.DataFrame:
+        """`ostinato replay compare` over the sessions of one or more run directories (each with sessions.csv and
+        requests.csv); several runs count their sessions separately (`#run<i>`), as the notebooks do."""
+        from ostinato.replay.metrics import CompareConfig, compare_engines
+        from ostinato.replay.results import tag_run
+
+        ses, req = [], []
+        for i, d in enumerate(run_dirs):
+            s = pd.read_csv(self.ld.path(f"{d}/sessions.csv"))
+            r = pd.read_csv(self.ld.path(f"{d}/requests.csv"))
+            if len(run_dirs) > 1:
+                s, r = tag_run(s, i + 1), tag_run(r, i + 1)
+            ses.append(s)
+            req.append(r)
+        cfg = CompareConfig(target=target, n_resamples=n_resamples, seed=seed)
+        return compare_engines(pd.concat(ses, ignore_index=True), pd.concat(req, ignore_index=True), cfg).table
+
+    def requests(self, run_dirs: list[str]) -> pd.DataFrame:
+        """The per-request rows of the run directories (one frame, a `run` column)."""
+        return pd.concat([pd.read_csv(self.ld.path(f"{d}/requests.csv")).assign(run=i + 1)
+                          for i, d in enumerate(run_dirs)], ignore_index=True)
+
+    def sessions(self, run_dirs: list[str]) -> pd.DataFrame:
+        """The per-session rows of the run directories (one frame, a `run` column)."""
+        return pd.concat([pd.read_csv(self.ld.path(f"{d}/sessions.csv")).assign(run=i + 1)
+                          for i, d in enumerate(run_dirs)], ignore_index=True)
+
+    @staticmethod
+    def row(table: pd.DataFrame, **eq) -> pd.Series:
+        """The one row of a frame matching column values."""
+        sub = table
+        for k, v in eq.items():
+            sub = sub[sub[k].astype(str) == str(v)]
+        if len(sub) != 1:
+            raise ValueError(f"{len(sub)} rows match {eq}, expected one")
+        return sub.iloc[0]
+
+    # --- benchmarks ----------------------------------------------------------------------------------------------
+    def sweep(self, summary: str) -> pd.DataFrame:
+        """The rows of an `ostinato sweep` summary.json (one per engine, kind and size)."""
+        return pd.DataFrame(self.ld.json(summary)["rows"])
+
+    def upload_passes(self, log_txt: str) -> pd.DataFrame:
+        """The engine's `upload pass` log lines in a text file: routes, experts, bytes, ms and GB/s of each."""
+        from ostinato.calibrate.run import upload_passes
+
+        ups = upload_passes(self.ld.text(log_txt))
+        if ups.empty:
+            raise ValueError(f"{log_txt}: no `upload pass` lines")
+        return ups.assign(gbps=ups["bytes"] / ups["ms"] / 1e6)
+
+    # --- provenance ----------------------------------------------------------------------------------------------
+    def build_seconds(self, build_txt: str) -> dict[str, int]:
+        """Seconds per engine variant and in total from a build.txt (`[engine] <variant>: done in N s`)."""
+        text = self.ld.text(build_txt)
+        out = {v: int(s) for v, s in re.findall(r"\[engine\] (\w+): done in (\d+) s", text)}
+        m = re.search(r"build_seconds_total (\d+)", text)
+        if m:
+            out["total"] = int(m.group(1))
+        return out
+
+    def pytest_summary(self, tests_txt: str) -> dict[str, int]:
+        """The counts of pytest's last summary line in a log (`N passed, M failed, ...`)."""
+        lines = [ln for ln in self.ld.text(tests_txt).splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
+        if not lines:
+            raise ValueError(f"{tests_txt}: no pytest summary line")
+        return {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", lines[-1])}
+
+    def gpu_memory_mib(self, machine_txt: str) -> int:
+        """The GPU's memory in MiB from nvidia-smi's table in a machine.txt."""
+        return int(self.ld.grep(machine_txt, r"/\s*(\d+)MiB"))
+
+    def driver(self, machine_txt: str) -> str:
+        return self.ld.grep(machine_txt, r"Driver Version:\s*([\d.]+)")
+
+    def cuda(self, machine_txt: str) -> str:
+        return self.ld.grep(machine_txt, r"CUDA Version:\s*([\d.]+)")

@@ -1,0 +1,72 @@
+"""ARTIFACT.md and the reference READMEs are rendered from their data: no quoted number can drift from its file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ostinato.artifact import docs
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Literal numbers a template may keep: references into the paper, versions and identifiers, code, tolerances.
+_ALLOWED = [
+    r"`[^`\n]*`",                                              # code, paths, flags, commands
+    r"```.*?```",                                              # code blocks
+    r"\b(?:Sections?|Props?|Prop\.|Appendix|Eq\.|Tables?|Figures?|Lemma|Figure)\s*\(?[0-9A-Z][0-9a-z.,–\- ()and]*",
+    r"\b\d+(?:\.\d+){2,}\b",                                   # versions such as 580.159.04
+    r"\b[A-Za-z_]+[-\w]*\d[\w.\-]*",                           # identifiers: h200, v4flash-slice-8, run1, b11312
+    r"\b\d+e-\d+\b",                                           # tolerances such as 1e-3
+]
+
+
+def _literal_text(template: str) -> str:
+    """The template's own text: expressions, statements and comments removed."""
+    return re.sub(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", " ", template, flags=re.S)
+
+
+def measurement_literals(template: str) -> list[str]:
+    """Numbers written into a template's text that look like measurements: with decimals, or as percentages."""
+    text = _literal_text(template)
+    for pattern in _ALLOWED:
+        text = re.sub(pattern, " ", text, flags=re.S)
+    return re.findall(r"[−\-+]?\d[\d,]*(?:\.\d+)?\s?%|[−\-+]?\d[\d,]*\.\d+", text)
+
+
+@pytest.mark.parametrize("template", sorted(docs.TEMPLATES))
+def test_document_equals_its_rendering(template: str) -> None:
+    out = REPO / docs.TEMPLATES[template]
+    assert (REPO / template).is_file(), f"{template} missing"
+    assert out.read_text(encoding="utf-8") == docs.render(REPO, template), (
+        f"{docs.TEMPLATES[template]} differs from {template}'s rendering: run `ostinato artifact docs`")
+
+
+def declared_literals(template: str) -> set[str]:
+    """The numbers a template declares as definitions, not data (`{#- literals: 0.6 95% -#}`: goals, configured
+    values, model shapes)."""
+    m = re.search(r"\{#-?\s*literals:(.*?)-?#\}", template, re.S)
+    return set(m.group(1).split()) if m else set()
+
+
+@pytest.mark.parametrize("template", sorted(docs.TEMPLATES))
+def test_measured_numbers_come_from_data(template: str) -> None:
+    """A number with decimals or a % sign in a template's own text is read from data, or declared a definition."""
+    text = (REPO / template).read_text(encoding="utf-8")
+    found = set(measurement_literals(text)) - declared_literals(text)
+    assert not found, f"{template}: numbers written by hand instead of read from data: {sorted(found)}"
+
+
+def test_the_audit_catches_a_hand_written_number() -> None:
+    assert declared_literals("{#- literals: 0.6 95% -#}x") == {"0.6", "95%"}
+    assert measurement_literals("decode 9.57 ms, 11.0% saved, {{ x | num }} and `--resident-share 0.5`") == [
+        "9.57", "11.0%"]
+    assert measurement_literals("Section 3.2, driver 580.159.04, v4flash-slice-8, rtol 1e-3") == []
+
+
+def test_number_formatting() -> None:
+    assert docs.num(-0.7, ".1f") == "\u22120.7" and docs.num(3072, ",d") == "3,072" and docs.num(2.0, "+.1f") == "+2.0"
+    assert docs.pct(0.11, scale=100) == "11.0%" and docs.rng(0.49, 0.56) == "0.49–0.56" and docs.rng(1, 1.001) == "1.00"
+    with pytest.raises(ValueError, match="missing"):
+        docs.num(float("nan"))
