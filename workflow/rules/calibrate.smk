@@ -17,6 +17,8 @@ rule calibrate:
         uploads="results/calibrate/uploads.csv",
     log:
         "results/calibrate/calibrate.log",
+    benchmark:
+        "results/calibrate/calibrate.benchmark.tsv"
     conda:
         "../../environment.yml"
     threads: workflow.cores
@@ -39,6 +41,8 @@ rule write_calibrate_params:
         "results/calibrate/calibrate.params.yaml",
     log:
         "results/calibrate/write_calibrate_params.log",
+    benchmark:
+        "results/calibrate/write_calibrate_params.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -61,6 +65,8 @@ rule render_calibrate:
         **notebook_outputs("calibrate"),
     log:
         "results/calibrate/render_calibrate.log",
+    benchmark:
+        "results/calibrate/render_calibrate.benchmark.tsv"
     conda:
         "../../environment.yml"
     shell:

@@ -7,6 +7,8 @@ rule check_costmodel:
         "results/costmodel/checks-{profile}.json",
     log:
         "results/costmodel/checks-{profile}.log",
+    benchmark:
+        "results/costmodel/checks-{profile}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:

@@ -10,6 +10,8 @@ rule build_engine:
         expand("{d}/{v}/manifest.json", d=ENGINE_DIR, v=PIPELINE_VARIANTS),
     log:
         "results/engine/build_engine.log",
+    benchmark:
+        "results/engine/build_engine.benchmark.tsv"
     conda:
         "../../environment.yml"
     threads: workflow.cores

@@ -8,6 +8,8 @@ rule write_replay_summary_params:
         "results/figures/replay_summary.params.yaml",
     log:
         "results/figures/write_replay_summary_params.log",
+    benchmark:
+        "results/figures/write_replay_summary_params.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -33,6 +35,8 @@ rule render_replay_summary:
         compare_md="tables/replay_compare.md",
     log:
         "results/figures/replay_summary.log",
+    benchmark:
+        "results/figures/replay_summary.benchmark.tsv"
     conda:
         "../../environment.yml"
     shell:
@@ -44,6 +48,8 @@ rule write_result_params:
         "results/figures/{result}.params.yaml",
     log:
         "results/figures/write_{result}_params.log",
+    benchmark:
+        "results/figures/write_{result}_params.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -67,6 +73,8 @@ rule render_result:
         md="tables/{result}.md",
     log:
         "results/figures/{result}.log",
+    benchmark:
+        "results/figures/{result}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -80,6 +88,8 @@ rule write_predicted_params:
         "results/figures/predicted.params.yaml",
     log:
         "results/figures/write_predicted_params.log",
+    benchmark:
+        "results/figures/write_predicted_params.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -103,6 +113,8 @@ rule render_predicted:
         **notebook_outputs("predicted"),
     log:
         "results/figures/predicted.log",
+    benchmark:
+        "results/figures/predicted.benchmark.tsv"
     conda:
         "../../environment.yml"
     shell:

@@ -12,6 +12,8 @@ rule compute_limit:
         "results/limit/{set}.json",
     log:
         "results/limit/{set}.log",
+    benchmark:
+        "results/limit/{set}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:

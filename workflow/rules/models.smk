@@ -8,6 +8,8 @@ rule synth_model:
         "models/{model}.gguf",
     log:
         "results/models/{model}.log",
+    benchmark:
+        "results/models/{model}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -26,6 +28,8 @@ rule download_model:
         "models/{model}.gguf",
     log:
         "results/models/{model}.log",
+    benchmark:
+        "results/models/{model}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:

@@ -13,6 +13,8 @@ rule replay:
         requests="results/replay/{run}{set}/{engine}.requests.csv",
     log:
         "results/replay/{run}{set}/{engine}.log",
+    benchmark:
+        "results/replay/{run}{set}/{engine}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -46,6 +48,8 @@ rule summarize_replay:
         requests="results/replay/requests.csv",
     log:
         "results/replay/summarize_replay.log",
+    benchmark:
+        "results/replay/summarize_replay.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:

@@ -11,6 +11,8 @@ rule profile_routing:
         "results/residency/profile/{set}.json",
     log:
         "results/residency/profile/{set}.log",
+    benchmark:
+        "results/residency/profile/{set}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -28,6 +30,8 @@ rule record_routing:
         directory("results/residency/recorded/{set}"),
     log:
         "results/residency/recorded/{set}.log",
+    benchmark:
+        "results/residency/recorded/{set}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -54,6 +58,8 @@ rule profile_recorded_routing:
         "results/residency/profile/{set}.recorded.json",
     log:
         "results/residency/profile/{set}.recorded.log",
+    benchmark:
+        "results/residency/profile/{set}.recorded.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -70,6 +76,8 @@ rule run_capacity_test:
         "results/residency/capacity.json",
     log:
         "results/residency/capacity.log",
+    benchmark:
+        "results/residency/capacity.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -86,6 +94,8 @@ rule plan_residency:
         summary="results/residency/summary.json",
     log:
         "results/residency/plan.log",
+    benchmark:
+        "results/residency/plan.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -107,6 +117,8 @@ rule plan_replay_residency:
         summary="results/residency/replay/{model}.summary.json",
     log:
         "results/residency/replay/{model}.log",
+    benchmark:
+        "results/residency/replay/{model}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -130,6 +142,8 @@ rule check_memory_model:
         report="results/residency/memory/{model}.check.json",
     log:
         "results/residency/memory/{model}.log",
+    benchmark:
+        "results/residency/memory/{model}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -152,6 +166,8 @@ rule run_replay_capacity_test:
         "results/residency/memory/{model}.capacity.json",
     log:
         "results/residency/memory/{model}.capacity.log",
+    benchmark:
+        "results/residency/memory/{model}.capacity.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:

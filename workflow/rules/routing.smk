@@ -9,6 +9,8 @@ rule make_routing:
         directory("results/routing/{set}"),
     log:
         "results/routing/{set}.log",
+    benchmark:
+        "results/routing/{set}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -27,6 +29,8 @@ rule compute_routing_stats:
         "results/routing/stats.json",
     log:
         "results/routing/stats.log",
+    benchmark:
+        "results/routing/stats.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -42,6 +46,8 @@ rule write_routing_stats_params:
         "results/routing/routing_stats.params.yaml",
     log:
         "results/routing/write_routing_stats_params.log",
+    benchmark:
+        "results/routing/write_routing_stats_params.benchmark.tsv"
     conda:
         "../../environment.yml"
     shell:
@@ -59,6 +65,8 @@ rule render_routing_stats:
         **notebook_outputs("routing_stats"),
     log:
         "results/routing/render_routing_stats.log",
+    benchmark:
+        "results/routing/render_routing_stats.benchmark.tsv"
     conda:
         "../../environment.yml"
     shell:

@@ -7,6 +7,8 @@ rule get_traces:
         "results/sessions/traces/{source}.json",
     log:
         "results/sessions/traces/{source}.log",
+    benchmark:
+        "results/sessions/traces/{source}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -25,6 +27,8 @@ rule derive_tables:
         provenance="results/sessions/tables/{source}.provenance.json",
     log:
         "results/sessions/tables/{source}.log",
+    benchmark:
+        "results/sessions/tables/{source}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -44,6 +48,8 @@ rule split_sessions:
         "results/sessions/splits.json",
     log:
         "results/sessions/split_sessions.log",
+    benchmark:
+        "results/sessions/split_sessions.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -60,6 +66,8 @@ rule build_sessions:
         "results/sessions/{set}.jsonl",
     log:
         "results/sessions/{set}.log",
+    benchmark:
+        "results/sessions/{set}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -85,6 +93,8 @@ rule render_table2:
         **notebook_outputs("table2"),
     log:
         "results/sessions/render_table2.log",
+    benchmark:
+        "results/sessions/render_table2.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:

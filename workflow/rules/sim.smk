@@ -15,6 +15,8 @@ rule simulate:
         params="results/sim/{set}/params.json",
     log:
         "results/sim/{set}.log",
+    benchmark:
+        "results/sim/{set}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
@@ -31,6 +33,8 @@ rule write_sim_validation_params:
         "results/sim/sim_validation.params.yaml",
     log:
         "results/sim/write_sim_validation_params.log",
+    benchmark:
+        "results/sim/write_sim_validation_params.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -63,6 +67,8 @@ rule render_sim_validation:
            for x in ("csv", "md")},
     log:
         "results/sim/sim_validation.log",
+    benchmark:
+        "results/sim/sim_validation.benchmark.tsv"
     conda:
         "../../environment.yml"
     shell:

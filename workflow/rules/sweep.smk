@@ -16,6 +16,8 @@ rule sweep_prefill:
         cold="results/sweep/cold.json",
     log:
         "results/sweep/sweep.log",
+    benchmark:
+        "results/sweep/sweep.benchmark.tsv"
     conda:
         "../../environment.yml"
     threads: workflow.cores
@@ -35,6 +37,8 @@ rule write_fig7b_params:
         "results/sweep/fig7b.params.yaml",
     log:
         "results/sweep/write_fig7b_params.log",
+    benchmark:
+        "results/sweep/write_fig7b_params.benchmark.tsv"
     conda:
         "../../environment.yml"
     params:
@@ -60,6 +64,8 @@ rule render_fig7b:
         **notebook_outputs("fig7b"),
     log:
         "results/sweep/fig7b.log",
+    benchmark:
+        "results/sweep/fig7b.benchmark.tsv"
     conda:
         "../../environment.yml"
     shell:

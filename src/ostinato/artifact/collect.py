@@ -1,0 +1,56 @@
+"""Ship a run of the default config as a reference: the deterministic results the documents quote, with the commit,
+the command and the machine (`data/reference/<machine>/`, written by `ostinato artifact collect`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from ostinato.atomic import atomic_open
+from ostinato.machine import describe_machine
+
+# What the documents quote of a run of config/config.yaml: the outcomes that do not depend on the machine's speed
+# (sessions, routing facts, plans, simulator, limit, memory model) and the replay's correctness columns.
+COLLECTED = (
+    "tables/table2.csv",
+    "tables/routing_stats.csv",
+    "results/residency/summary.json",
+    "results/residency/memory/tiny-v4.check.json",
+    "results/costmodel/checks-paper-4x4090d.json",
+    "results/routing/synthetic-swe-heldout/manifest.json",
+    "results/sim/synthetic-swe-heldout/sessions.csv",
+    "results/limit/synthetic-swe-heldout.json",
+    "tables/sim_validation.csv",
+    "tables/sim_validation_ablation.csv",
+    "tables/sim_validation_fig7a.csv",
+    "tables/sim_validation_limit.csv",
+    "tables/sim_validation_tool_ttft.csv",
+    "results/replay/sessions.csv",
+    "results/replay/requests.csv",
+    "tables/replay_compare.csv",
+)
+
+
+def collect(root: Path, out: Path, label: str, command: str) -> list[Path]:
+    """Copy `COLLECTED` from a finished run under `root` into `out`, keeping the paths, with `run.json` (commit,
+    command, machine). A missing file is an error naming it: the run is incomplete."""
+    missing = [p for p in COLLECTED if not (root / p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{root}: the run lacks {', '.join(missing)} (run `{command}` first)")
+    written = []
+    for rel in COLLECTED:
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / rel, dst)
+        written.append(dst)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                            text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True).stdout.strip())
+    doc = {"commit": commit, "dirty": dirty, "command": command, "machine": describe_machine(label).to_json(),
+           "files": list(COLLECTED)}
+    with atomic_open(out / "run.json") as f:
+        f.write(json.dumps(doc, indent=2) + "\n")
+    return written + [out / "run.json"]
