@@ -24,6 +24,7 @@ rule calibrate:
     threads: workflow.cores
     resources:
         bench=1,
+        **ENGINE_GPU,
     params:
         opts=lambda w: calibrate_opts(),
         machine=MACHINE,

@@ -15,6 +15,8 @@ rule build_engine:
     conda:
         "../../environment.yml"
     threads: workflow.cores
+    resources:
+        **ENGINE_GPU,
     params:
         backend=BACKEND.name,
         cuda_arch=f"--cuda-arch {config['engine']['cuda_arch']}" if config["engine"]["cuda_arch"] else "",

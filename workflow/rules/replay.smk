@@ -24,6 +24,7 @@ rule replay:
     threads: workflow.cores
     resources:
         bench=1,
+        **ENGINE_GPU,
     params:
         partial="results/replay/{run}{set}/.partial",  # an interrupted replay resumes here; moved when complete
         server=lambda w: server_opts(w.engine),

@@ -39,6 +39,7 @@ rule record_routing:
     threads: workflow.cores
     resources:
         bench=1,
+        **ENGINE_GPU,
     params:
         partial="results/residency/recorded/.partial/{set}",  # an interrupted run resumes here; moved when complete
         server_args=f"--server-arg=-c --server-arg={config['replay']['ctx_size']} "
@@ -149,6 +150,8 @@ rule check_memory_model:
     wildcard_constraints:
         model=name_pattern([REPLAY_MODEL]),
     threads: workflow.cores
+    resources:
+        **ENGINE_GPU,
     params:
         opts=lambda w: memory_opts(),
         tree=f"{ENGINE_DIR}/tree",

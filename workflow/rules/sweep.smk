@@ -23,6 +23,7 @@ rule sweep_prefill:
     threads: workflow.cores
     resources:
         bench=1,
+        **ENGINE_GPU,
     params:
         opts=lambda w: sweep_opts(),
         tree=f"{ENGINE_DIR}/tree",
