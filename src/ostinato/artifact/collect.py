@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
+
 from ostinato.atomic import atomic_open
 from ostinato.machine import describe_machine
 
@@ -33,6 +35,30 @@ COLLECTED = (
 )
 
 
+def benchmarks(root: Path) -> pd.DataFrame:
+    """Every rule's Snakemake benchmark of the run (`results/<stage>/...benchmark.tsv`): stage, file, wall seconds,
+    CPU seconds and peak memory."""
+    rows = []
+    for p in sorted((root / "results").rglob("*.benchmark.tsv")):
+        b = pd.read_csv(p, sep="\t")
+        rel = p.relative_to(root / "results")
+        rows.append({"stage": rel.parts[0], "benchmark": str(rel), "s": float(b["s"].iloc[0]),
+                     "cpu_time_s": float(b["cpu_time"].iloc[0]), "max_rss_mb": float(b["max_rss"].iloc[0])})
+    if not rows:
+        raise FileNotFoundError(f"{root}/results: no *.benchmark.tsv (a run of this version's rules writes them)")
+    return pd.DataFrame(rows)
+
+
+def disk_bytes(root: Path) -> dict[str, int]:
+    """Bytes on disk of what the run made: each results/<stage>/, models/, figures/, tables/, build/, .venv/."""
+    def size(p: Path) -> int:
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink()) if p.is_dir() else 0
+
+    out = {f"results/{d.name}": size(d) for d in sorted((root / "results").iterdir()) if d.is_dir()}
+    out.update({name: size(root / name) for name in ("models", "figures", "tables", "build", ".venv")})
+    return out
+
+
 def collect(root: Path, out: Path, label: str, command: str) -> list[Path]:
     """Copy `COLLECTED` from a finished run under `root` into `out`, keeping the paths, with `run.json` (commit,
     command, machine). A missing file is an error naming it: the run is incomplete."""
@@ -49,8 +75,10 @@ def collect(root: Path, out: Path, label: str, command: str) -> list[Path]:
                             text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                 capture_output=True, text=True).stdout.strip())
+    with atomic_open(out / "benchmarks.csv") as f:
+        benchmarks(root).to_csv(f, index=False)
     doc = {"commit": commit, "dirty": dirty, "command": command, "machine": describe_machine(label).to_json(),
-           "files": list(COLLECTED)}
+           "disk_bytes": disk_bytes(root), "files": list(COLLECTED)}
     with atomic_open(out / "run.json") as f:
         f.write(json.dumps(doc, indent=2) + "\n")
-    return written + [out / "run.json"]
+    return written + [out / "benchmarks.csv", out / "run.json"]

@@ -19,8 +19,11 @@ import jinja2
 import pandas as pd
 import yaml as _yaml
 
+from ostinato.artifact.facts import _matches
+
 # template -> document, relative to the repository root
 TEMPLATES: dict[str, str] = {
+    "artifact/ARTIFACT.md.j2": "ARTIFACT.md",
     "data/reference/h200/residency/README.md.j2": "data/reference/h200/residency/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
@@ -55,6 +58,24 @@ def rng(lo: float, hi: float, fmt: str = ".2f", unit: str = "") -> str:
     return (a if a == b else f"{a}–{b}") + unit
 
 
+def rng_of(values, fmt: str = ".2f", unit: str = "") -> str:
+    """The range of some values (`rng` of their minimum and maximum)."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError("a range of no values")
+    return rng(min(vals), max(vals), fmt, unit)
+
+
+def mib(nbytes: float, fmt: str = ",.2f") -> str:
+    """Bytes as MiB."""
+    return num(float(nbytes) / 2**20, fmt)
+
+
+def saved_share(ratio: float) -> float:
+    """The share (%) a ratio of times saves: 0.56 -> 44."""
+    return 100 * (1 - float(ratio))
+
+
 @dataclass
 class Frame:
     """A CSV as the templates use it: rows picked by column values, one value, a column."""
@@ -67,7 +88,7 @@ class Frame:
         for k, v in eq.items():
             if k not in df.columns:
                 raise KeyError(f"{self.path}: no column {k!r} (columns: {', '.join(map(str, df.columns))})")
-            df = df[df[k].astype(str) == str(v)]
+            df = df[_matches(df[k], v)]
         return Frame(df, self.path)
 
     def one(self, col: str, **eq) -> object:
@@ -77,8 +98,14 @@ class Frame:
             raise ValueError(f"{self.path}: {len(sub)} rows match {eq}, expected one")
         return sub[col].iloc[0]
 
+    def where_in(self, col: str, values) -> Frame:
+        return Frame(self.df[self.df[col].astype(str).isin([str(v) for v in values])], self.path)
+
     def col(self, col: str) -> list:
         return list(self.df[col])
+
+    def rows(self) -> list[dict]:
+        return self.df.to_dict("records")
 
     def __len__(self) -> int:
         return len(self.df)
@@ -122,13 +149,27 @@ def environment(root: Path, template: Path) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
                              extensions=["jinja2.ext.do"])
     ld = Loader(root, template.parent)
-    env.globals.update(csv=ld.csv, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, num=num, pct=pct,
-                       min=min, max=max, sum=sum, len=len, round=round, sorted=sorted, abs=abs)
-    env.filters.update(num=num, pct=pct)
-    from ostinato.artifact import facts  # the computations longer than a template expression
+    env.globals.update(csv=ld.csv, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, rng_of=rng_of,
+                       num=num, pct=pct, mib=mib, min=min, max=max, sum=sum, len=len, round=round, sorted=sorted,
+                       abs=abs, bool=bool, int=int, float=float, str=str, claims=_claims)
+    env.filters.update(num=num, pct=pct, saved_share=saved_share)
+    from ostinato.artifact.facts import Facts  # the computations longer than a template expression
 
-    env.globals["facts"] = facts.Facts(ld)
+    env.globals["facts"] = Facts(ld)
     return env
+
+
+@jinja2.pass_context
+def _claims(ctx: jinja2.runtime.Context, path: str, section: str) -> list[dict]:
+    """The entries of one section of a claims file, every text field rendered in the calling template's context."""
+    doc = ctx.environment.globals["yaml"](path)
+    if section not in doc:
+        raise KeyError(f"{path}: no section {section!r}")
+    out = []
+    for entry in doc[section]:
+        out.append({k: ctx.environment.from_string(str(v)).render(ctx.get_all()).strip() if isinstance(v, str) else v
+                    for k, v in entry.items()})
+    return out
 
 
 def render(root: Path, template: str) -> str:
