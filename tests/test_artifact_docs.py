@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ostinato.artifact import docs
+from ostinato.artifact import docs, facts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,5 +68,18 @@ def test_the_audit_catches_a_hand_written_number() -> None:
 def test_number_formatting() -> None:
     assert docs.num(-0.7, ".1f") == "\u22120.7" and docs.num(3072, ",d") == "3,072" and docs.num(2.0, "+.1f") == "+2.0"
     assert docs.pct(0.11, scale=100) == "11.0%" and docs.rng(0.49, 0.56) == "0.49–0.56" and docs.rng(1, 1.001) == "1.00"
+    assert docs.sci(0.0001847, 1) == "1.8e-4" and docs.sci(1.807e-5) == "2e-5" and docs.sci(-0.003) == "\u22123e-3"
     with pytest.raises(ValueError, match="missing"):
         docs.num(float("nan"))
+
+
+def _facts(folder: str) -> facts.Facts:
+    """The `facts` of a template in `folder` (relative to the repository root)."""
+    return facts.Facts(docs.Loader(REPO, REPO / folder))
+
+
+def test_allclose_failure_of_the_shipped_rerun() -> None:
+    f = _facts("data/reference/h200").allclose_failure("test_engine_rerun.txt")
+    assert f["rtol"] == 1e-4 and f["atol"] == 1e-5 and (f["mismatched"], f["elements"]) == (11, 40)
+    assert f["max_rel"] == pytest.approx(1.847e-4) and f["max_abs"] == pytest.approx(6.0654e-4)
+    assert (f["columns"], f["rows"]) == (4, 10)

@@ -21,6 +21,7 @@ import yaml as _yaml
 
 # template -> document, relative to the repository root
 TEMPLATES: dict[str, str] = {
+    "data/reference/h200/README.md.j2": "data/reference/h200/README.md",
     "data/reference/h200/residency/README.md.j2": "data/reference/h200/residency/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
@@ -47,6 +48,12 @@ def num(x: float | int | str, fmt: str = ".3g", plus: bool = False) -> str:
 def pct(x: float, digits: int = 1, plus: bool = False, scale: float = 1.0) -> str:
     """A percentage: `x * scale` with `digits` decimals and a % sign (`scale=100` for a share)."""
     return num(x * scale, f".{digits}f", plus) + "%"
+
+
+def sci(x: float, digits: int = 0) -> str:
+    """`x` in scientific notation as the documents write it: `digits` decimals, no exponent padding (`1.8e-4`)."""
+    mantissa, exp = format(float(x), f".{digits}e").split("e")
+    return num(float(mantissa), f".{digits}f") + f"e{int(exp)}"
 
 
 def rng(lo: float, hi: float, fmt: str = ".2f", unit: str = "") -> str:
@@ -123,8 +130,8 @@ def environment(root: Path, template: Path) -> jinja2.Environment:
                              extensions=["jinja2.ext.do"])
     ld = Loader(root, template.parent)
     env.globals.update(csv=ld.csv, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, num=num, pct=pct,
-                       min=min, max=max, sum=sum, len=len, round=round, sorted=sorted, abs=abs)
-    env.filters.update(num=num, pct=pct)
+                       sci=sci, min=min, max=max, sum=sum, len=len, round=round, sorted=sorted, abs=abs)
+    env.filters.update(num=num, pct=pct, sci=sci)
     from ostinato.artifact import facts  # the computations longer than a template expression
 
     env.globals["facts"] = facts.Facts(ld)

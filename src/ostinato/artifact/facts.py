@@ -85,6 +85,28 @@ class Facts:
             raise ValueError(f"{tests_txt}: no pytest summary line")
         return {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", lines[-1])}
 
+    def allclose_failure(self, log_txt: str) -> dict[str, float]:
+        """The first `np.testing.assert_allclose` failure in a pytest log: its tolerances, the mismatched and compared
+        elements, the largest absolute and relative differences among them, and the columns of the compared array
+        (so `elements / columns` rows, e.g. generated tokens of top-k log-probabilities)."""
+        text = self.ld.text(log_txt)
+        pats = {"rtol": r"Not equal to tolerance rtol=([\d.e-]+)", "atol": r"tolerance rtol=\S+ atol=([\d.e-]+)",
+                "mismatched": r"Mismatched elements: (\d+) /", "elements": r"Mismatched elements: \d+ / (\d+)",
+                "max_abs": r"Max absolute difference among violations: ([\d.e-]+)",
+                "max_rel": r"Max relative difference among violations: ([\d.e-]+)"}
+        out: dict[str, float] = {}
+        for k, p in pats.items():
+            m = re.search(p, text)
+            if not m:
+                raise ValueError(f"{log_txt}: no assert_allclose failure ({k}: no match for {p!r})")
+            out[k] = float(m.group(1))
+        first_row = re.search(r"ACTUAL: array\(\[\[([^\]]*)\]", text)
+        if not first_row:
+            raise ValueError(f"{log_txt}: no ACTUAL array")
+        out["columns"] = len(first_row.group(1).split(","))
+        out["rows"] = out["elements"] / out["columns"]
+        return out
+
     def gpu_memory_mib(self, machine_txt: str) -> int:
         """The GPU's memory in MiB from nvidia-smi's table in a machine.txt."""
         return int(self.ld.grep(machine_txt, r"/\s*(\d+)MiB"))
