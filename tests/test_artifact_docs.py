@@ -83,3 +83,15 @@ def test_allclose_failure_of_the_shipped_rerun() -> None:
     assert f["rtol"] == 1e-4 and f["atol"] == 1e-5 and (f["mismatched"], f["elements"]) == (11, 40)
     assert f["max_rel"] == pytest.approx(1.847e-4) and f["max_abs"] == pytest.approx(6.0654e-4)
     assert (f["columns"], f["rows"]) == (4, 10)
+
+
+def test_op_test_logs_of_the_shipped_calibration() -> None:
+    f = _facts("data/reference/h200/calibrate")
+    ops = f.backend_ops("test-backend-ops.txt")
+    assert ops.groupby(["op", "status"]).size().to_dict() == {("MUL_MAT_ID_POOL", "OK"): 60,
+                                                              ("MUL_MAT_ID_SKIP", "not supported"): 60}
+    assert sorted(ops["cold_share"].astype(float).unique()) == [0.0, 0.3, 1.0]
+    res = f.residency_ops("test-residency-ops.txt")  # some lines split by CUDA's warm-up messages
+    assert len(res) == 240 and (res["status"] == "OK").all()
+    assert (res["kind"] == "cpu").sum() == 160 and set(res["threads"].dropna()) == {"1", "3"}
+    assert set(res.loc[res["kind"] == "sched", "backend"]) == {"CUDA0"}

@@ -68,6 +68,35 @@ class Facts:
             raise ValueError(f"{log_txt}: no `upload pass` lines")
         return ups.assign(gbps=ups["bytes"] / ups["ms"] / 1e6)
 
+    # --- op tests -------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _params(text: str) -> dict[str, str]:
+        return dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+
+    def backend_ops(self, log_txt: str) -> pd.DataFrame:
+        """The cases of a `test-backend-ops test` log: op, status (`OK`, `FAIL`, `not supported`) and the case's
+        parameters as columns (`type_a`, `n`, `cold_share`, ...; strings as the log writes them)."""
+        text = re.sub(r"\x1b\[[0-9;]*m", "", self.ld.text(log_txt))  # colour codes around OK / FAIL
+        rows = [{"op": op, "status": status.strip(), **self._params(params)}
+                for op, params, status in re.findall(r"^\s+(\w+)\((.*?)\): (OK|FAIL|not supported)", text, re.M)]
+        if not rows:
+            raise ValueError(f"{log_txt}: no test-backend-ops cases")
+        return pd.DataFrame(rows)
+
+    def residency_ops(self, log_txt: str) -> pd.DataFrame:
+        """The cases of a `test-residency-ops -v` log: `kind` (`cpu`: marked against unmarked nodes, with `threads`;
+        `sched`: a scheduler with `backend`), op, status and the case's parameters as columns. Lines that CUDA's
+        warm-up messages split are joined first."""
+        text = re.sub(r"ggml_backend_cuda_graph_compute: CUDA graph warmup (?:complete|reset)\n", "",
+                      self.ld.text(log_txt))
+        rows = [{"kind": kind, "op": op, "status": status, "threads": threads or None, "backend": backend or None,
+                 **self._params(params)}
+                for kind, op, params, threads, backend, status in re.findall(
+                    r"^\s*(cpu|sched)\s+(\w+)\((.*?)\)(?:,threads=(\d+)|,(\w+)): (OK|FAIL)", text, re.M)]
+        if not rows:
+            raise ValueError(f"{log_txt}: no test-residency-ops cases")
+        return pd.DataFrame(rows)
+
     # --- provenance ----------------------------------------------------------------------------------------------
     def build_seconds(self, build_txt: str) -> dict[str, int]:
         """Seconds per engine variant and in total from a build.txt (`[engine] <variant>: done in N s`)."""
