@@ -95,3 +95,17 @@ def test_op_test_logs_of_the_shipped_calibration() -> None:
     assert len(res) == 240 and (res["status"] == "OK").all()
     assert (res["kind"] == "cpu").sum() == 160 and set(res["threads"].dropna()) == {"1", "3"}
     assert set(res.loc[res["kind"] == "sched", "backend"]) == {"CUDA0"}
+
+
+def test_pooled_replay_facts_of_the_shipped_comparison() -> None:
+    f = _facts("data/reference/h200/compare")
+    runs = ["run1", "run2", "run3"]
+    fig = f.figures_compare(runs)
+    assert set(fig["workload"]) == {"SWE", "tau2"} and set(fig["sessions"]) == {6, 9}
+    ph = f.phase_changes(runs).set_index("workload")
+    assert ph.loc["SWE", "prefill_change_pct"] == pytest.approx(-8.975, abs=1e-3)
+    # the notebooks' pooled saved share is `ostinato replay compare`'s over the same tagged runs
+    pooled = f.row(f.compare(runs), workload="tau2", engine="llama.cpp-layers")
+    assert f.row(fig, workload="tau2", engine="llama.cpp-layers")["saved_pct"] == pytest.approx(pooled["saved_pct"])
+    assert f.forced_short(runs).empty
+    assert f.paper_constant("hot_share") == 0.84

@@ -24,6 +24,7 @@ TEMPLATES: dict[str, str] = {
     "data/reference/h200/README.md.j2": "data/reference/h200/README.md",
     "data/reference/h200/residency/README.md.j2": "data/reference/h200/residency/README.md",
     "data/reference/h200/calibrate/README.md.j2": "data/reference/h200/calibrate/README.md",
+    "data/reference/h200/compare/README.md.j2": "data/reference/h200/compare/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
 

@@ -44,6 +44,64 @@ class Facts:
         return pd.concat([pd.read_csv(self.ld.path(f"{d}/sessions.csv")).assign(run=i + 1)
                           for i, d in enumerate(run_dirs)], ignore_index=True)
 
+    def figures_compare(self, run_dirs: list[str]) -> pd.DataFrame:
+        """The result notebooks' comparison of shipped repeated runs (`figures.results.compare` over the runs as the
+        series `measured (h200, reference)`, each run's sessions counted separately): per paper workload (`SWE`,
+        `tau2`) and engine the total, saved share [CI], won, median TTFT per kind, median TPOT, and the server's
+        prefill and decode time."""
+        from ostinato.figures import results
+        from ostinato.figures.runs import load_measured
+
+        runs = load_measured([self.ld.path(f"{d}/sessions.csv") for d in run_dirs],
+                             [self.ld.path(f"{d}/requests.csv") for d in run_dirs], "h200, reference",
+                             repeated_runs=True)
+        return results.compare(runs)
+
+    def phase_changes(self, run_dirs: list[str]) -> pd.DataFrame:
+        """Ostinato's prefill, decode and total time against each other engine, per workload (percent, negative =
+        shorter), over the runs as `figures_compare` pools them (Figure 6a/b's computation)."""
+        from ostinato.figures import results
+
+        return results.phase_changes(self.figures_compare(run_dirs))
+
+    def prefill_paths(self, run_dirs: list[str], table8_csv: str = "/data/paper/table8_ablation.csv") -> pd.DataFrame:
+        """Table 8a's comparison, the size-dependent prefill paths against native prefill with the same resident
+        experts: the paper's screening rows (steps 3 -> 4) and the runs' per workload (changes in percent, the
+        saved share [CI] of the configuration with the paths)."""
+        from ostinato.figures import results
+
+        return results.prefill_paths(self.figures_compare(run_dirs), self.ld.path(table8_csv))
+
+    def forced_short(self, run_dirs: list[str]) -> pd.DataFrame:
+        """The requests whose `forced_match` is false, with why: `n_forced` and the `n_output` the server generated,
+        its stop type, and the last token id it streamed (from the request records in each run's replay.tar.gz)."""
+        import json
+        import tarfile
+
+        req = self.requests(run_dirs)
+        bad = req[~req["forced_match"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))].copy()
+        last: dict[tuple, int | None] = {}
+        for i, d in enumerate(run_dirs):
+            with tarfile.open(self.ld.path(f"{d}/replay.tar.gz")) as tar:
+                for m in tar.getmembers():
+                    if not (m.isfile() and "/sessions/" in m.name and m.name.endswith(".jsonl")):
+                        continue
+                    for line in tar.extractfile(m).read().decode("utf-8").splitlines():
+                        rec = json.loads(line)
+                        ids = rec.get("streamed_token_ids") or []
+                        last[(i + 1, rec["engine"], rec["session"], int(rec["turn"]))] = ids[-1] if ids else None
+        bad["last_streamed"] = [last.get((r.run, r.engine, r.session, int(r.turn))) for r in bad.itertuples()]
+        return bad[["run", "engine", "session", "turn", "kind", "n_forced", "n_output", "final_stop_type",
+                    "last_streamed"]].reset_index(drop=True)
+
+    @staticmethod
+    def paper_constant(name: str) -> float:
+        """A number of the paper that the code holds rather than `data/paper/` (`costmodel.checks.PAPER`: e.g.
+        `hot_share`, `pool_small`)."""
+        from ostinato.costmodel.checks import PAPER
+
+        return PAPER[name]
+
     @staticmethod
     def row(table: pd.DataFrame, **eq) -> pd.Series:
         """The one row of a frame matching column values."""
