@@ -109,3 +109,11 @@ def test_pooled_replay_facts_of_the_shipped_comparison() -> None:
     assert f.row(fig, workload="tau2", engine="llama.cpp-layers")["saved_pct"] == pytest.approx(pooled["saved_pct"])
     assert f.forced_short(runs).empty
     assert f.paper_constant("hot_share") == 0.84
+
+
+def test_prefill_paths_of_the_shipped_ablation() -> None:
+    paths = _facts("data/reference/h200/ablation").prefill_paths(["run1", "run2", "run3"]).set_index("workload")
+    paper = paths[paths["series"] == "paper"].iloc[0]
+    assert paper["prefill_change_pct"] == pytest.approx(100 * (150.8 / 284.8 - 1))  # Table 8a, steps 3 -> 4
+    h200 = paths[paths["series"] != "paper"]
+    assert h200.loc["tau2", "sessions"] == 9 and h200.loc["tau2", "saved_pct"] == pytest.approx(32.81, abs=0.01)

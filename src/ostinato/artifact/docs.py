@@ -25,6 +25,7 @@ TEMPLATES: dict[str, str] = {
     "data/reference/h200/residency/README.md.j2": "data/reference/h200/residency/README.md",
     "data/reference/h200/calibrate/README.md.j2": "data/reference/h200/calibrate/README.md",
     "data/reference/h200/compare/README.md.j2": "data/reference/h200/compare/README.md",
+    "data/reference/h200/ablation/README.md.j2": "data/reference/h200/ablation/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
 
