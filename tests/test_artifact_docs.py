@@ -107,7 +107,7 @@ def test_pooled_replay_facts_of_the_shipped_comparison() -> None:
     # the notebooks' pooled saved share is `ostinato replay compare`'s over the same tagged runs
     pooled = f.row(f.compare(runs), workload="tau2", engine="llama.cpp-layers")
     assert f.row(fig, workload="tau2", engine="llama.cpp-layers")["saved_pct"] == pytest.approx(pooled["saved_pct"])
-    assert f.forced_short(runs).empty
+    assert f.last_streamed(runs)["forced_match"].all()
     assert f.paper_constant("hot_share") == 0.84
 
 
@@ -117,3 +117,13 @@ def test_prefill_paths_of_the_shipped_ablation() -> None:
     assert paper["prefill_change_pct"] == pytest.approx(100 * (150.8 / 284.8 - 1))  # Table 8a, steps 3 -> 4
     h200 = paths[paths["series"] != "paper"]
     assert h200.loc["tau2", "sessions"] == 9 and h200.loc["tau2", "saved_pct"] == pytest.approx(32.81, abs=0.01)
+
+
+def test_qwen_requests_short_of_their_forced_tokens() -> None:
+    """The Qwen replays' forced_match false: the server stopped at <|im_end|>, one token before the recorded end."""
+    f = _facts("data/reference/h200/qwen")
+    recs = f.last_streamed(["run1", "run2", "run3"])
+    short = recs[~recs["forced_match"]]
+    assert len(recs) == 228 and len(short) == 102 and set(short.groupby("run").size()) == {34}
+    assert ((short["n_forced"] - short["n_output"]) == 1).all() and set(short["final_stop_type"]) == {"eos"}
+    assert {f.qwen_special(i) for i in short["last_streamed"]} == {"<|im_end|>"}

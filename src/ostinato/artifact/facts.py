@@ -72,14 +72,15 @@ class Facts:
 
         return results.prefill_paths(self.figures_compare(run_dirs), self.ld.path(table8_csv))
 
-    def forced_short(self, run_dirs: list[str]) -> pd.DataFrame:
-        """The requests whose `forced_match` is false, with why: `n_forced` and the `n_output` the server generated,
-        its stop type, and the last token id it streamed (from the request records in each run's replay.tar.gz)."""
+    def last_streamed(self, run_dirs: list[str]) -> pd.DataFrame:
+        """The per-request rows of the runs (`requests`) with the last token id the server streamed in each
+        (`last_streamed`, from the request records in each run's replay.tar.gz; None where it streamed none), and
+        `forced_match` as a boolean: what a request that stopped short of its forced tokens ended on."""
         import json
         import tarfile
 
-        req = self.requests(run_dirs)
-        bad = req[~req["forced_match"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))].copy()
+        from ostinato.replay.metrics import as_bool
+
         last: dict[tuple, int | None] = {}
         for i, d in enumerate(run_dirs):
             with tarfile.open(self.ld.path(f"{d}/replay.tar.gz")) as tar:
@@ -90,9 +91,23 @@ class Facts:
                         rec = json.loads(line)
                         ids = rec.get("streamed_token_ids") or []
                         last[(i + 1, rec["engine"], rec["session"], int(rec["turn"]))] = ids[-1] if ids else None
-        bad["last_streamed"] = [last.get((r.run, r.engine, r.session, int(r.turn))) for r in bad.itertuples()]
-        return bad[["run", "engine", "session", "turn", "kind", "n_forced", "n_output", "final_stop_type",
-                    "last_streamed"]].reset_index(drop=True)
+        req = self.requests(run_dirs)
+        req = req.assign(forced_match=as_bool(req["forced_match"]))
+        missing = [k for k in zip(req["run"], req["engine"], req["session"], req["turn"].astype(int)) if k not in last]
+        if missing:
+            raise ValueError(f"{len(missing)} requests have no record in replay.tar.gz, e.g. {missing[0]}")
+        return req.assign(last_streamed=[last[k] for k in zip(req["run"], req["engine"], req["session"],
+                                                                 req["turn"].astype(int))])
+
+    @staticmethod
+    def qwen_special(token_id: int) -> str:
+        """The name of one of the Qwen3 vocabulary's added tokens (`<|im_end|>` for 151645)."""
+        from ostinato.models.vocab import QWEN3_SPECIAL_START, QWEN3_SPECIALS
+
+        i = int(token_id) - QWEN3_SPECIAL_START
+        if not 0 <= i < len(QWEN3_SPECIALS):
+            raise ValueError(f"{token_id} is not an added token of the Qwen3 vocabulary")
+        return QWEN3_SPECIALS[i][0]
 
     @staticmethod
     def paper_constant(name: str) -> float:
