@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ostinato.artifact import docs
+from ostinato.artifact import docs, facts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,8 +46,8 @@ def test_document_equals_its_rendering(template: str) -> None:
 def declared_literals(template: str) -> set[str]:
     """The numbers a template declares as definitions, not data (`{#- literals: 0.6 95% -#}`: goals, configured
     values, model shapes)."""
-    m = re.search(r"\{#-?\s*literals:(.*?)-?#\}", template, re.S)
-    return set(m.group(1).split()) if m else set()
+    m = re.search(r"\{#-?\s*literals:(.*?)-?#\}|^# literals:(.*)$", template, re.S | re.M)
+    return set((m.group(1) or m.group(2)).split()) if m else set()
 
 
 @pytest.mark.parametrize("template", sorted(docs.TEMPLATES))
@@ -56,6 +56,13 @@ def test_measured_numbers_come_from_data(template: str) -> None:
     text = (REPO / template).read_text(encoding="utf-8")
     found = set(measurement_literals(text)) - declared_literals(text)
     assert not found, f"{template}: numbers written by hand instead of read from data: {sorted(found)}"
+
+
+def test_claims_texts_read_their_numbers_from_data() -> None:
+    """artifact/claims.yaml's texts are templates too (rendered into ARTIFACT.md)."""
+    text = (REPO / "artifact" / "claims.yaml").read_text(encoding="utf-8")
+    found = set(measurement_literals(text)) - declared_literals(text)
+    assert not found, f"artifact/claims.yaml: numbers written by hand instead of read from data: {sorted(found)}"
 
 
 def test_the_audit_catches_a_hand_written_number() -> None:
@@ -68,5 +75,62 @@ def test_the_audit_catches_a_hand_written_number() -> None:
 def test_number_formatting() -> None:
     assert docs.num(-0.7, ".1f") == "\u22120.7" and docs.num(3072, ",d") == "3,072" and docs.num(2.0, "+.1f") == "+2.0"
     assert docs.pct(0.11, scale=100) == "11.0%" and docs.rng(0.49, 0.56) == "0.49–0.56" and docs.rng(1, 1.001) == "1.00"
+    assert docs.sci(0.0001847, 1) == "1.8e-4" and docs.sci(1.807e-5) == "2e-5" and docs.sci(-0.003) == "\u22123e-3"
     with pytest.raises(ValueError, match="missing"):
         docs.num(float("nan"))
+
+
+def _facts(folder: str) -> facts.Facts:
+    """The `facts` of a template in `folder` (relative to the repository root)."""
+    return facts.Facts(docs.Loader(REPO, REPO / folder))
+
+
+def test_allclose_failure_of_the_shipped_rerun() -> None:
+    f = _facts("data/reference/h200").allclose_failure("test_engine_rerun.txt")
+    assert f["rtol"] == 1e-4 and f["atol"] == 1e-5 and (f["mismatched"], f["elements"]) == (11, 40)
+    assert f["max_rel"] == pytest.approx(1.847e-4) and f["max_abs"] == pytest.approx(6.0654e-4)
+    assert (f["columns"], f["rows"]) == (4, 10)
+
+
+def test_op_test_logs_of_the_shipped_calibration() -> None:
+    f = _facts("data/reference/h200/calibrate")
+    ops = f.backend_ops("test-backend-ops.txt")
+    assert ops.groupby(["op", "status"]).size().to_dict() == {("MUL_MAT_ID_POOL", "OK"): 60,
+                                                              ("MUL_MAT_ID_SKIP", "not supported"): 60}
+    assert sorted(ops["cold_share"].astype(float).unique()) == [0.0, 0.3, 1.0]
+    res = f.residency_ops("test-residency-ops.txt")  # some lines split by CUDA's warm-up messages
+    assert len(res) == 240 and (res["status"] == "OK").all()
+    assert (res["kind"] == "cpu").sum() == 160 and set(res["threads"].dropna()) == {"1", "3"}
+    assert set(res.loc[res["kind"] == "sched", "backend"]) == {"CUDA0"}
+
+
+def test_pooled_replay_facts_of_the_shipped_comparison() -> None:
+    f = _facts("data/reference/h200/compare")
+    runs = ["run1", "run2", "run3"]
+    fig = f.figures_compare(runs)
+    assert set(fig["workload"]) == {"SWE", "tau2"} and set(fig["sessions"]) == {6, 9}
+    ph = f.phase_changes(runs).set_index("workload")
+    assert ph.loc["SWE", "prefill_change_pct"] == pytest.approx(-8.975, abs=1e-3)
+    # the notebooks' pooled saved share is `ostinato replay compare`'s over the same tagged runs
+    pooled = f.row(f.compare(runs), workload="tau2", engine="llama.cpp-layers")
+    assert f.row(fig, workload="tau2", engine="llama.cpp-layers")["saved_pct"] == pytest.approx(pooled["saved_pct"])
+    assert f.last_streamed(runs)["forced_match"].all()
+    assert f.paper_constant("hot_share") == 0.84
+
+
+def test_prefill_paths_of_the_shipped_ablation() -> None:
+    paths = _facts("data/reference/h200/ablation").prefill_paths(["run1", "run2", "run3"]).set_index("workload")
+    paper = paths[paths["series"] == "paper"].iloc[0]
+    assert paper["prefill_change_pct"] == pytest.approx(100 * (150.8 / 284.8 - 1))  # Table 8a, steps 3 -> 4
+    h200 = paths[paths["series"] != "paper"]
+    assert h200.loc["tau2", "sessions"] == 9 and h200.loc["tau2", "saved_pct"] == pytest.approx(32.81, abs=0.01)
+
+
+def test_qwen_requests_short_of_their_forced_tokens() -> None:
+    """The Qwen replays' forced_match false: the server stopped at <|im_end|>, one token before the recorded end."""
+    f = _facts("data/reference/h200/qwen")
+    recs = f.last_streamed(["run1", "run2", "run3"])
+    short = recs[~recs["forced_match"]]
+    assert len(recs) == 228 and len(short) == 102 and set(short.groupby("run").size()) == {34}
+    assert ((short["n_forced"] - short["n_output"]) == 1).all() and set(short["final_stop_type"]) == {"eos"}
+    assert {f.qwen_special(i) for i in short["last_streamed"]} == {"<|im_end|>"}

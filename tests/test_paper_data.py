@@ -35,6 +35,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
                             "decode_step_ms": NUM, "note": TEXT},
     "figure1.csv": {"panel": TEXT, "metric": TEXT, "workload": TEXT, "gpus": INT, "engine": TEXT,
                     "reference_engine": TEXT, "speedup": NUM},
+    "figure2.csv": {"workload": TEXT, "new_tokens": INT, "engine": TEXT, "engine_label": TEXT, "ttft_s": NUM,
+                    "change_pct": NUM, "note": TEXT},
     "figure4.csv": {"metric": TEXT, "workload": TEXT, "engine": TEXT, "value": NUM, "note": TEXT},
     "figure6.csv": {"panel": TEXT, "metric": TEXT, "workload": TEXT, "engine": TEXT, "reference_engine": TEXT,
                     "kind": TEXT, "value": NUM, "value_low": NUM, "value_high": NUM, "unit": TEXT, "note": TEXT},

@@ -24,7 +24,12 @@ from ostinato.artifact.facts import _matches
 # template -> document, relative to the repository root
 TEMPLATES: dict[str, str] = {
     "artifact/ARTIFACT.md.j2": "ARTIFACT.md",
+    "data/reference/h200/README.md.j2": "data/reference/h200/README.md",
     "data/reference/h200/residency/README.md.j2": "data/reference/h200/residency/README.md",
+    "data/reference/h200/calibrate/README.md.j2": "data/reference/h200/calibrate/README.md",
+    "data/reference/h200/compare/README.md.j2": "data/reference/h200/compare/README.md",
+    "data/reference/h200/ablation/README.md.j2": "data/reference/h200/ablation/README.md",
+    "data/reference/h200/qwen/README.md.j2": "data/reference/h200/qwen/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
 
@@ -52,6 +57,12 @@ def pct(x: float, digits: int = 1, plus: bool = False, scale: float = 1.0) -> st
     return num(x * scale, f".{digits}f", plus) + "%"
 
 
+def sci(x: float, digits: int = 0) -> str:
+    """`x` in scientific notation as the documents write it: `digits` decimals, no exponent padding (`1.8e-4`)."""
+    mantissa, exp = format(float(x), f".{digits}e").split("e")
+    return num(float(mantissa), f".{digits}f") + f"e{int(exp)}"
+
+
 def rng(lo: float, hi: float, fmt: str = ".2f", unit: str = "") -> str:
     """`lo–hi` with an en dash (one value when both round the same)."""
     a, b = num(lo, fmt), num(hi, fmt)
@@ -64,6 +75,14 @@ def rng_of(values, fmt: str = ".2f", unit: str = "") -> str:
     if not vals:
         raise ValueError("a range of no values")
     return rng(min(vals), max(vals), fmt, unit)
+
+
+def span(values, fmt: str = ".1f", unit: str = "") -> str:
+    """The range of some values in words, `a to b` (for ranges of negative numbers, where an en dash would read as a
+    minus); one value when both round the same."""
+    vals = [float(v) for v in values]
+    a, b = num(min(vals), fmt) + unit, num(max(vals), fmt) + unit
+    return a if a == b else f"{a} to {b}"
 
 
 def mib(nbytes: float, fmt: str = ",.2f") -> str:
@@ -149,10 +168,10 @@ def environment(root: Path, template: Path) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
                              extensions=["jinja2.ext.do"])
     ld = Loader(root, template.parent)
-    env.globals.update(csv=ld.csv, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, rng_of=rng_of,
-                       num=num, pct=pct, mib=mib, min=min, max=max, sum=sum, len=len, round=round, sorted=sorted,
-                       abs=abs, bool=bool, int=int, float=float, str=str, claims=_claims)
-    env.filters.update(num=num, pct=pct, saved_share=saved_share)
+    env.globals.update(csv=ld.csv, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, rng_of=rng_of, span=span,
+                       num=num, pct=pct, sci=sci, mib=mib, min=min, max=max, sum=sum, len=len, round=round,
+                       sorted=sorted, abs=abs, bool=bool, int=int, float=float, str=str, claims=_claims)
+    env.filters.update(num=num, pct=pct, sci=sci, saved_share=saved_share)
     from ostinato.artifact.facts import Facts  # the computations longer than a template expression
 
     env.globals["facts"] = Facts(ld)

@@ -44,42 +44,11 @@ class Facts:
         cfg = CompareConfig(target=target, n_resamples=n_resamples, seed=seed)
         return compare_engines(pd.concat(ses, ignore_index=True), pd.concat(req, ignore_index=True), cfg).table
 
-    def results(self, run_dirs: list[str], target: str = "ostinato") -> pd.DataFrame:
-        """The result notebooks' comparison (`ostinato.figures.results.compare`: the paper's workloads SWE and tau2,
-        each engine's prefill and decode totals, TTFT by kind) of repeated runs, each run's sessions apart."""
-        def make() -> pd.DataFrame:
-            from ostinato.figures import results as R
-            from ostinato.figures.runs import load_measured
-
-            dirs = [self.ld.path(f"{d}/sessions.csv").parent for d in run_dirs]
-            runs = load_measured([d / "sessions.csv" for d in dirs], [d / "requests.csv" for d in dirs], "reference",
-                                 repeated_runs=True)
-            return R.compare(runs, R.CompareOptions(target=target))
-        return self._cached(("results", tuple(run_dirs), target), make)
-
-    def phase_changes(self, run_dirs: list[str], target: str = "ostinato") -> pd.DataFrame:
-        """Figure 6a/b over repeated runs: the target's prefill, decode and total change against each engine (%)."""
-        from ostinato.figures import results as R
-
-        return R.phase_changes(self.results(run_dirs, target), target)
-
     def predict(self, fit_json: str, summary_json: str, cold_json: str) -> pd.DataFrame:
         """The calibrated cost model's prediction of a sweep on the same machine (`predict_sweep`)."""
         from ostinato.figures import results as R
 
         return R.predict_sweep(self.ld.json(fit_json), self.ld.json(summary_json), self.ld.json(cold_json))
-
-    def prefill_paths(self, run_dirs: list[str]) -> pd.DataFrame:
-        """Table 8a steps 3 -> 4 over repeated runs: `ostinato` against `ostinato-native-prefill` per workload (the
-        measured rows of `ostinato.figures.results.prefill_paths`, with the paths' saved share [CI] and wins)."""
-        from ostinato.figures import results as R
-
-        table = self.results(run_dirs, target="ostinato")
-        pp = R.prefill_paths(table, self.ld.path("/data/paper/table8_ablation.csv"))
-        pp = pp[pp["series"] != R.PAPER].copy()
-        won = table[table["engine"] == "ostinato-native-prefill"].set_index("workload")["won"]
-        pp["won"] = [int(won.get(w, 0)) for w in pp["workload"]]
-        return pp.reset_index(drop=True)
 
     def paper_prefill_paths(self, table8_csv: str) -> float:
         """The paper's prefill change (%) of Table 8a's steps 3 -> 4."""
@@ -123,6 +92,81 @@ class Facts:
         return pd.concat([pd.read_csv(self.ld.path(f"{d}/sessions.csv")).assign(run=i + 1)
                           for i, d in enumerate(run_dirs)], ignore_index=True)
 
+    def figures_compare(self, run_dirs: list[str]) -> pd.DataFrame:
+        """The result notebooks' comparison of shipped repeated runs (`figures.results.compare` over the runs as the
+        series `measured (h200, reference)`, each run's sessions counted separately): per paper workload (`SWE`,
+        `tau2`) and engine the total, saved share [CI], won, median TTFT per kind, median TPOT, and the server's
+        prefill and decode time."""
+        def make() -> pd.DataFrame:
+            from ostinato.figures import results
+            from ostinato.figures.runs import load_measured
+
+            runs = load_measured([self.ld.path(f"{d}/sessions.csv") for d in run_dirs],
+                                 [self.ld.path(f"{d}/requests.csv") for d in run_dirs], "h200, reference",
+                                 repeated_runs=True)
+            return results.compare(runs)
+        return self._cached(("figures_compare", tuple(run_dirs)), make)
+
+    def phase_changes(self, run_dirs: list[str]) -> pd.DataFrame:
+        """Ostinato's prefill, decode and total time against each other engine, per workload (percent, negative =
+        shorter), over the runs as `figures_compare` pools them (Figure 6a/b's computation)."""
+        from ostinato.figures import results
+
+        return results.phase_changes(self.figures_compare(run_dirs))
+
+    def prefill_paths(self, run_dirs: list[str], table8_csv: str = "/data/paper/table8_ablation.csv") -> pd.DataFrame:
+        """Table 8a's comparison, the size-dependent prefill paths against native prefill with the same resident
+        experts: the paper's screening rows (steps 3 -> 4) and the runs' per workload (changes in percent, the
+        saved share [CI] of the configuration with the paths)."""
+        from ostinato.figures import results
+
+        return results.prefill_paths(self.figures_compare(run_dirs), self.ld.path(table8_csv))
+
+    def last_streamed(self, run_dirs: list[str]) -> pd.DataFrame:
+        """The per-request rows of the runs (`requests`) with the last token id the server streamed in each
+        (`last_streamed`, from the request records in each run's replay.tar.gz; None where it streamed none), and
+        `forced_match` as a boolean: what a request that stopped short of its forced tokens ended on."""
+        import json
+        import tarfile
+
+        from ostinato.replay.metrics import as_bool
+
+        last: dict[tuple, int | None] = {}
+        for i, d in enumerate(run_dirs):
+            with tarfile.open(self.ld.path(f"{d}/replay.tar.gz")) as tar:
+                for m in tar.getmembers():
+                    if not (m.isfile() and "/sessions/" in m.name and m.name.endswith(".jsonl")):
+                        continue
+                    for line in tar.extractfile(m).read().decode("utf-8").splitlines():
+                        rec = json.loads(line)
+                        ids = rec.get("streamed_token_ids") or []
+                        last[(i + 1, rec["engine"], rec["session"], int(rec["turn"]))] = ids[-1] if ids else None
+        req = self.requests(run_dirs)
+        req = req.assign(forced_match=as_bool(req["forced_match"]))
+        missing = [k for k in zip(req["run"], req["engine"], req["session"], req["turn"].astype(int)) if k not in last]
+        if missing:
+            raise ValueError(f"{len(missing)} requests have no record in replay.tar.gz, e.g. {missing[0]}")
+        return req.assign(last_streamed=[last[k] for k in zip(req["run"], req["engine"], req["session"],
+                                                                 req["turn"].astype(int))])
+
+    @staticmethod
+    def qwen_special(token_id: int) -> str:
+        """The name of one of the Qwen3 vocabulary's added tokens (`<|im_end|>` for 151645)."""
+        from ostinato.models.vocab import QWEN3_SPECIAL_START, QWEN3_SPECIALS
+
+        i = int(token_id) - QWEN3_SPECIAL_START
+        if not 0 <= i < len(QWEN3_SPECIALS):
+            raise ValueError(f"{token_id} is not an added token of the Qwen3 vocabulary")
+        return QWEN3_SPECIALS[i][0]
+
+    @staticmethod
+    def paper_constant(name: str) -> float:
+        """A number of the paper that the code holds rather than `data/paper/` (`costmodel.checks.PAPER`: e.g.
+        `hot_share`, `pool_small`)."""
+        from ostinato.costmodel.checks import PAPER
+
+        return PAPER[name]
+
     @staticmethod
     def row(table: pd.DataFrame, **eq) -> pd.Series:
         """The one row of a frame matching column values."""
@@ -153,6 +197,35 @@ class Facts:
             raise ValueError(f"{log_txt}: no `upload pass` lines")
         return ups.assign(gbps=ups["bytes"] / ups["ms"] / 1e6)
 
+    # --- op tests -------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _params(text: str) -> dict[str, str]:
+        return dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+
+    def backend_ops(self, log_txt: str) -> pd.DataFrame:
+        """The cases of a `test-backend-ops test` log: op, status (`OK`, `FAIL`, `not supported`) and the case's
+        parameters as columns (`type_a`, `n`, `cold_share`, ...; strings as the log writes them)."""
+        text = re.sub(r"\x1b\[[0-9;]*m", "", self.ld.text(log_txt))  # colour codes around OK / FAIL
+        rows = [{"op": op, "status": status.strip(), **self._params(params)}
+                for op, params, status in re.findall(r"^\s+(\w+)\((.*?)\): (OK|FAIL|not supported)", text, re.M)]
+        if not rows:
+            raise ValueError(f"{log_txt}: no test-backend-ops cases")
+        return pd.DataFrame(rows)
+
+    def residency_ops(self, log_txt: str) -> pd.DataFrame:
+        """The cases of a `test-residency-ops -v` log: `kind` (`cpu`: marked against unmarked nodes, with `threads`;
+        `sched`: a scheduler with `backend`), op, status and the case's parameters as columns. Lines that CUDA's
+        warm-up messages split are joined first."""
+        text = re.sub(r"ggml_backend_cuda_graph_compute: CUDA graph warmup (?:complete|reset)\n", "",
+                      self.ld.text(log_txt))
+        rows = [{"kind": kind, "op": op, "status": status, "threads": threads or None, "backend": backend or None,
+                 **self._params(params)}
+                for kind, op, params, threads, backend, status in re.findall(
+                    r"^\s*(cpu|sched)\s+(\w+)\((.*?)\)(?:,threads=(\d+)|,(\w+)): (OK|FAIL)", text, re.M)]
+        if not rows:
+            raise ValueError(f"{log_txt}: no test-residency-ops cases")
+        return pd.DataFrame(rows)
+
     # --- provenance ----------------------------------------------------------------------------------------------
     def build_seconds(self, build_txt: str) -> dict[str, int]:
         """Seconds per engine variant and in total from a build.txt (`[engine] <variant>: done in N s`)."""
@@ -169,6 +242,28 @@ class Facts:
         if not lines:
             raise ValueError(f"{tests_txt}: no pytest summary line")
         return {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", lines[-1])}
+
+    def allclose_failure(self, log_txt: str) -> dict[str, float]:
+        """The first `np.testing.assert_allclose` failure in a pytest log: its tolerances, the mismatched and compared
+        elements, the largest absolute and relative differences among them, and the columns of the compared array
+        (so `elements / columns` rows, e.g. generated tokens of top-k log-probabilities)."""
+        text = self.ld.text(log_txt)
+        pats = {"rtol": r"Not equal to tolerance rtol=([\d.e-]+)", "atol": r"tolerance rtol=\S+ atol=([\d.e-]+)",
+                "mismatched": r"Mismatched elements: (\d+) /", "elements": r"Mismatched elements: \d+ / (\d+)",
+                "max_abs": r"Max absolute difference among violations: ([\d.e-]+)",
+                "max_rel": r"Max relative difference among violations: ([\d.e-]+)"}
+        out: dict[str, float] = {}
+        for k, p in pats.items():
+            m = re.search(p, text)
+            if not m:
+                raise ValueError(f"{log_txt}: no assert_allclose failure ({k}: no match for {p!r})")
+            out[k] = float(m.group(1))
+        first_row = re.search(r"ACTUAL: array\(\[\[([^\]]*)\]", text)
+        if not first_row:
+            raise ValueError(f"{log_txt}: no ACTUAL array")
+        out["columns"] = len(first_row.group(1).split(","))
+        out["rows"] = out["elements"] / out["columns"]
+        return out
 
     def gpu_memory_mib(self, machine_txt: str) -> int:
         """The GPU's memory in MiB from nvidia-smi's table in a machine.txt."""
