@@ -16,8 +16,10 @@ PROMPT = [1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 65
 
 
 def _server(bin_dir: Path, model: Path, tmp: Path, *args: str) -> LlamaServer:
+    """A server whose requests may name routing traces in tmp (upstream has no such flag)."""
     cfg = ServerConfig(binary=bin_dir / "llama-server", model=model, args=["-c", "1024", "-t", "2", *args],
-                       log_path=tmp / f"server-{bin_dir.parent.name}.log", startup_timeout_s=120)
+                       log_path=tmp / f"server-{bin_dir.parent.name}.log", startup_timeout_s=120,
+                       routing_dir=None if bin_dir.parent.name == "upstream" else tmp)
     return LlamaServer(cfg)
 
 
@@ -44,7 +46,7 @@ def _stream_tokens(srv: LlamaServer, **body) -> list[int]:
 
 def _moe_shape(srv: LlamaServer, tmp: Path) -> tuple[TraceShape, list[int]]:
     """The model's trace shape and MoE layers, read from a recorded trace."""
-    _complete(srv, routing={"record": str(tmp / "probe.trace")}, n_predict=2)
+    _complete(srv, routing={"record": "probe.trace"}, n_predict=2)
     t = read_trace(tmp / "probe.trace")
     return t.shape, t.moe_layers()
 
@@ -84,7 +86,7 @@ def test_recorded_routing_equals_forced(stock):
     shape, layers = _moe_shape(srv, tmp)
     forced = random_trace(shape, 64, layers, seed=3)
     write_trace(tmp / "forced.trace", forced)
-    out = _complete(srv, routing={"force": str(tmp / "forced.trace"), "record": str(tmp / "rec.trace")})
+    out = _complete(srv, routing={"force": "forced.trace", "record": "rec.trace"})
     rec = read_trace(tmp / "rec.trace")
     n = rec.n_pos
     assert n == len(PROMPT) + len(out["tokens"]) - 1  # the last sampled token is never computed
@@ -100,8 +102,8 @@ def _logprobs(out: dict) -> np.ndarray:
 
 def test_forcing_the_models_own_routing_changes_nothing(stock):
     srv, tmp = stock
-    free = _complete(srv, routing={"record": str(tmp / "own.trace")})
-    forced = _complete(srv, routing={"force": str(tmp / "own.trace")})
+    free = _complete(srv, routing={"record": "own.trace"})
+    forced = _complete(srv, routing={"force": "own.trace"})
     off = _complete(srv, routing={})
     assert forced["tokens"] == free["tokens"] == off["tokens"]
     if os.environ.get("OSTINATO_ENGINE_BACKEND", "cpu") == "cpu":
@@ -119,9 +121,9 @@ def test_forced_routing_steers_the_model(stock):
     shape, layers = _moe_shape(srv, tmp)
     write_trace(tmp / "r1.trace", random_trace(shape, 64, layers, seed=11))
     write_trace(tmp / "r2.trace", random_trace(shape, 64, layers, seed=12))
-    a = _complete(srv, routing={"force": str(tmp / "r1.trace")})
-    b = _complete(srv, routing={"force": str(tmp / "r2.trace")})
-    a2 = _complete(srv, routing={"force": str(tmp / "r1.trace")})
+    a = _complete(srv, routing={"force": "r1.trace"})
+    b = _complete(srv, routing={"force": "r2.trace"})
+    a2 = _complete(srv, routing={"force": "r1.trace"})
     assert a["completion_probabilities"] == a2["completion_probabilities"]
     assert a["completion_probabilities"] != b["completion_probabilities"]
 
@@ -129,15 +131,15 @@ def test_forced_routing_steers_the_model(stock):
 def test_bad_routing_traces_are_clear_errors(stock):
     srv, tmp = stock
     shape, layers = _moe_shape(srv, tmp)
-    r = srv.client.post(f"{srv.base_url}/completion", json={"prompt": PROMPT, "routing": {"force": str(tmp / "nope")}})
+    r = srv.client.post(f"{srv.base_url}/completion", json={"prompt": PROMPT, "routing": {"force": "nope"}})
     assert r.status_code == 400 and "nope" in r.text
     wrong = TraceShape(shape.n_layer, shape.n_expert * 2, shape.n_expert_used)
     write_trace(tmp / "wrong.trace", random_trace(wrong, 64, layers))
-    r = srv.client.post(f"{srv.base_url}/completion", json={"prompt": PROMPT, "routing": {"force": str(tmp / "wrong.trace")}})
+    r = srv.client.post(f"{srv.base_url}/completion", json={"prompt": PROMPT, "routing": {"force": "wrong.trace"}})
     assert r.status_code == 400
     write_trace(tmp / "short.trace", random_trace(shape, 8, layers))
     srv.client.post(f"{srv.base_url}/slots/0?action=erase")
-    r = srv.client.post(f"{srv.base_url}/completion", json={"prompt": PROMPT, "routing": {"force": str(tmp / "short.trace")}})
+    r = srv.client.post(f"{srv.base_url}/completion", json={"prompt": PROMPT, "routing": {"force": "short.trace"}})
     assert r.status_code >= 400
     assert "not in the routing trace" in srv.log_tail(20000)
     # the server recovers once the request no longer forces routing
@@ -155,7 +157,7 @@ def test_deepseek4_routing_record_and_force(engine_variants, tiny_v4_model, tmp_
     with _server(engine_variants["stock"], tiny_v4_model, tmp_path) as srv:
         shape, layers = _moe_shape(srv, tmp_path)
         write_trace(tmp_path / "f.trace", random_trace(shape, 64, layers, seed=5))
-        _complete(srv, routing={"force": str(tmp_path / "f.trace"), "record": str(tmp_path / "r.trace")})
+        _complete(srv, routing={"force": "f.trace", "record": "r.trace"})
         forced, rec = read_trace(tmp_path / "f.trace"), read_trace(tmp_path / "r.trace")
         mask = rec.ids != shape.none_id
         assert mask.any() and np.array_equal(rec.ids[mask], forced.ids[: rec.n_pos][mask])

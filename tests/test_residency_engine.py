@@ -26,14 +26,14 @@ N_PREDICT = 10
 
 def _server(bin_dir: Path, model: Path, tmp: Path, name: str, *args: str) -> LlamaServer:
     cfg = ServerConfig(binary=bin_dir / "llama-server", model=model, args=["-c", "1024", "-t", "2", "-lv", "4", *args],
-                       log_path=tmp / f"server-{name}.log", startup_timeout_s=120)
+                       log_path=tmp / f"server-{name}.log", startup_timeout_s=120, routing_dir=tmp)
     return LlamaServer(cfg)
 
 
 def _complete(srv: LlamaServer, trace: Path, **body) -> dict:
     srv.client.post(f"{srv.base_url}/slots/0?action=erase").raise_for_status()
     req = {"prompt": PROMPT, "n_predict": N_PREDICT, "temperature": 0, "return_tokens": True, "n_probs": 8,
-           "cache_prompt": False, "routing": {"force": str(trace)}, **body}
+           "cache_prompt": False, "routing": {"force": os.path.relpath(trace, srv.config.routing_dir)}, **body}
     r = srv.client.post(f"{srv.base_url}/completion", json=req)
     r.raise_for_status()
     return r.json()

@@ -92,14 +92,18 @@ def run_calibration(config: EngineConfig, server_bin: Path, model: Path, plan: C
     draw = lambda n: tuple(int(t) for t in rng.integers(plan.vocab_lo, plan.vocab_hi, size=n))  # noqa: E731
     forced = draw(plan.n_decode)
     prompts = {n: draw(n) for n in sorted({plan.decode_prompt, *plan.split_sizes, plan.upload_size})}
+    trace_dir = Path(next(iter(traces.values()))).resolve().parent
+    if any(Path(p).resolve().parent != trace_dir for p in traces.values()):
+        raise ValueError("the calibration's routing traces must share one directory (the server's --routing-dir)")
     cfg = ServerConfig(binary=server_bin, model=model, args=[*config.server_args, *extra_args],
-                       env=dict(config.env), log_path=log_path, startup_timeout_s=startup_timeout_s)
+                       env=dict(config.env), log_path=log_path, startup_timeout_s=startup_timeout_s,
+                       routing_dir=trace_dir)
     rows: list[CalibrationRow] = []
     with LlamaServer(cfg) as srv:
         def one(what: str, r: int, rep: int, n: int, n_predict: int, forced_ids: tuple[int, ...]) -> None:
             erase_slot(srv.client, srv.base_url)
             req = RequestInput(prompts[n], n_predict, forced_ids, cache_prompt=False,
-                               extra={"routing": {"force": str(traces[r])}})
+                               extra={"routing": {"force": Path(traces[r]).name}})
             out = send_completion(srv.client, srv.base_url, req)
             t = out.timings or {}
             # the server's timings are the measurement (a byte vocabulary may stream no text chunk at all)

@@ -54,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="teacher-forced routing: the engine follows DIR/<session>.route (ostinato routing generate)")
     r.add_argument("--routing-record-dir", type=Path, default=None,
                    help="record the engine's routing of each session to DIR/<session>.route")
+    r.add_argument("--routing-root", type=Path, default=None,
+                   help="the directory requests name routing traces relative to: a started server gets it as "
+                        "--routing-dir (default: the common directory of --routing-force-dir and --routing-record-dir); "
+                        "with --server-url, the --routing-dir that engine was started with")
     r.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="named engine configuration: its placement flags and environment come first (ostinato.presets)")
     r.add_argument("--expert-budget-gib", type=float, default=None,
@@ -163,7 +167,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         on_setup_change=args.on_setup_change,
         routing_force_dir=args.routing_force_dir, routing_record_dir=args.routing_record_dir,
         request_timeout_s=args.request_timeout, warmup=not args.no_warmup, progress=not args.no_progress,
-        api=args.api, model_name=args.model_name,
+        api=args.api, model_name=args.model_name, routing_root=args.routing_root,
     )
     run_info = {
         **sessions_digest(args.sessions),
@@ -180,6 +184,7 @@ def run_cmd(args: argparse.Namespace) -> int:
             port=args.port,
             log_path=store.root / "server.log",
             startup_timeout_s=args.startup_timeout,
+            routing_dir=cfg.routing_dir(),
         )
         run_info.update({"server_command": config.command(0, Path("<slot-save-path>")), "model": str(args.model)})
         server = LlamaServer(config)

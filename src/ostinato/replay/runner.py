@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import json
 import time
 from dataclasses import dataclass, field
@@ -56,6 +57,15 @@ class ReplayConfig:
     # conversation), and/or records what it computes to <routing_record_dir>/<session>.route
     routing_force_dir: Path | None = None
     routing_record_dir: Path | None = None
+    # the server's --routing-dir: requests name their traces relative to it (None: the two directories' common one)
+    routing_root: Path | None = None
+
+    def routing_dir(self) -> Path | None:
+        """The directory the routing traces are named relative to (the server's --routing-dir), if any."""
+        if self.routing_root is not None:
+            return Path(self.routing_root).resolve()
+        dirs = [Path(d).resolve() for d in (self.routing_force_dir, self.routing_record_dir) if d is not None]
+        return Path(os.path.commonpath(dirs)) if dirs else None
     request_timeout_s: float = 600.0
     temperature: float = 0.0
     warmup: bool = True
@@ -153,6 +163,9 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
             reason, restart = failure_reason(server, f"slot erase failed: {exc}")
     context: list[int] = []
     extra = routing_fields(cfg, session.session_id)
+    if cfg.routing_record_dir is not None:
+        # a trace left by an interrupted replay of this session: the server records only into files it creates
+        trace_path(cfg.routing_record_dir, session.session_id).unlink(missing_ok=True)
     for turn, req in enumerate(session.requests):
         prompt = context + list(req.new_token_ids)
         if reason:
@@ -183,15 +196,20 @@ def trace_path(directory: Path, session_id: str) -> Path:
 
 
 def routing_fields(cfg: ReplayConfig, session_id: str) -> dict:
-    """The request's `routing` field (force and/or record trace of this session), or nothing."""
-    if cfg.routing_force_dir is None and cfg.routing_record_dir is None:
+    """The request's `routing` field (force and/or record trace of this session, relative to the server's
+    --routing-dir), or nothing."""
+    root = cfg.routing_dir()
+    if root is None:
         return {}
     routing = {}
     if cfg.routing_force_dir is not None:
-        routing["force"] = str(trace_path(cfg.routing_force_dir, session_id))
+        routing["force"] = os.path.relpath(trace_path(cfg.routing_force_dir, session_id), root)
     if cfg.routing_record_dir is not None:
         Path(cfg.routing_record_dir).mkdir(parents=True, exist_ok=True)
-        routing["record"] = str(trace_path(cfg.routing_record_dir, session_id))
+        routing["record"] = os.path.relpath(trace_path(cfg.routing_record_dir, session_id), root)
+    for name, rel in routing.items():
+        if rel == ".." or rel.startswith(".." + os.sep):
+            raise ValueError(f"the {name} trace of {session_id} is outside the routing root {root}")
     return {"routing": routing}
 
 

@@ -52,12 +52,15 @@ class ServerConfig:
     slot_save_path: Path | None = None  # None: a temporary directory (needed by the slot erase action)
     startup_timeout_s: float = 300.0
     single_slot: bool = True  # add `-np 1 --cache-ram 0` unless args set them: one slot, no host prompt cache
+    routing_dir: Path | None = None  # --routing-dir: the only directory requests may name routing traces in
 
     def command(self, port: int, slot_save_path: Path) -> list[str]:
         """Return the full command line for a start on `port`."""
         cmd = [str(self.binary), "-m", str(self.model), "--host", self.host, "--port", str(port)]
         if "--slot-save-path" not in self.args:
             cmd += ["--slot-save-path", str(slot_save_path)]
+        if self.routing_dir is not None and "--routing-dir" not in self.args:
+            cmd += ["--routing-dir", str(Path(self.routing_dir).resolve())]
         if self.single_slot:
             if not {"-np", "--parallel"} & set(self.args):
                 cmd += ["-np", "1"]
