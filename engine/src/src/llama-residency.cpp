@@ -390,7 +390,7 @@ static void residency_mark_skip(ggml_tensor * out, const ggml_tensor * ids, int 
         return;
     }
     if (out->op == GGML_OP_MUL_MAT_ID && out->src[2] == ids) {
-        out->op_params[LLAMA_RESIDENCY_MMID_SKIP] = 1;
+        out->op_params[GGML_MUL_MAT_ID_SKIP] = 1;
     }
     for (int i = 0; i < GGML_MAX_SRC; ++i) {
         residency_mark_skip(out->src[i], ids, depth + 1, seen);

@@ -19,9 +19,7 @@
 
 struct llama_model;
 
-// op_params index that marks a MUL_MAT_ID whose negative ids the CPU skips (GGML_MUL_MAT_ID_SKIP, defined in
-// ggml/src/ggml-cpu/ggml-cpu.c and ggml/src/ggml-cuda/ggml-cuda.cu by patch 0001)
-#define LLAMA_RESIDENCY_MMID_SKIP 15
+#include "ggml-ostinato.h" // GGML_MUL_MAT_ID_SKIP: the op_params index that marks a MUL_MAT_ID whose negative ids are skipped
 
 // the expert matrices of one MoE layer, in the order up, gate, down, gate_up (absent ones are nullptr)
 enum llama_residency_kind {

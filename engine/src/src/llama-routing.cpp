@@ -10,9 +10,16 @@
 #include "ggml-backend.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 //
 // llama_routing
@@ -48,10 +55,34 @@ void llama_routing::id_write(uint8_t * row, size_t i, uint32_t v) const {
     }
 }
 
-bool llama_routing::force_open(const std::string & path) {
-    FILE * f = fopen(path.c_str(), "rb");
+// open a trace for reading: a regular file only (a FIFO or device would block or never end), without blocking
+static FILE * routing_open_regular(const std::string & path, uint64_t & size, std::string & err) {
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        err = strerror(errno);
+        return nullptr;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        err = "not a regular file";
+        close(fd);
+        return nullptr;
+    }
+    size = (uint64_t) st.st_size;
+    FILE * f = fdopen(fd, "rb");
     if (!f) {
-        LLAMA_LOG_ERROR("%s: cannot open routing trace '%s' to force routing\n", __func__, path.c_str());
+        err = strerror(errno);
+        close(fd);
+    }
+    return f;
+}
+
+bool llama_routing::force_open(const std::string & path) {
+    uint64_t size = 0;
+    std::string err;
+    FILE * f = routing_open_regular(path, size, err);
+    if (!f) {
+        LLAMA_LOG_ERROR("%s: cannot open routing trace '%s' to force routing: %s\n", __func__, path.c_str(), err.c_str());
         return false;
     }
     std::unique_ptr<FILE, decltype(&fclose)> fp(f, &fclose);
@@ -71,17 +102,46 @@ bool llama_routing::force_open(const std::string & path) {
                 n_layer, n_expert, n_expert_used, id_bytes);
         return false;
     }
-
-    std::vector<uint8_t> data(hdr.n_pos * row_bytes());
-    if (!data.empty() && fread(data.data(), 1, data.size(), f) != data.size()) {
-        LLAMA_LOG_ERROR("%s: '%s' is truncated: header says %" PRIu64 " positions\n", __func__, path.c_str(), hdr.n_pos);
+    // the header's size must be the file's before anything is allocated (engine/README.md, "Routing trace format")
+    const uint64_t rb  = row_bytes();
+    const uint64_t per = rb + ((hdr.flags & LLAMA_ROUTING_FLAG_WEIGHTS) ? (uint64_t) n_layer * n_expert_used * 2 : 0);
+    if (size < sizeof(hdr) || hdr.n_pos != (size - sizeof(hdr)) / per || (size - sizeof(hdr)) % per != 0) {
+        LLAMA_LOG_ERROR("%s: '%s': the header says %" PRIu64 " positions of %" PRIu64 " bytes, the file holds %" PRIu64
+                " bytes after the header\n", __func__, path.c_str(), hdr.n_pos, per, size - std::min<uint64_t>(size, sizeof(hdr)));
         return false;
     }
-    for (size_t i = 0; i < data.size() / id_bytes; ++i) {
-        const uint32_t id = id_read(data.data(), i);
-        if (id != id_none && id >= n_expert) {
-            LLAMA_LOG_ERROR("%s: '%s': expert id %u at entry %zu is out of range (n_expert = %u)\n", __func__, path.c_str(), id, i, n_expert);
-            return false;
+
+    std::vector<uint8_t> data(hdr.n_pos * rb);
+    if (!data.empty() && fread(data.data(), 1, data.size(), f) != data.size()) {
+        LLAMA_LOG_ERROR("%s: '%s': could not read %" PRIu64 " positions\n", __func__, path.c_str(), hdr.n_pos);
+        return false;
+    }
+    // every row: all k ids "no expert", or k distinct experts in range
+    std::vector<uint32_t> row(n_expert_used);
+    for (uint64_t p = 0; p < hdr.n_pos; ++p) {
+        for (uint32_t il = 0; il < n_layer; ++il) {
+            int n_none = 0;
+            for (uint32_t k = 0; k < n_expert_used; ++k) {
+                row[k] = id_read(data.data() + p * rb, (size_t) il * n_expert_used + k);
+                n_none += row[k] == id_none;
+                if (row[k] != id_none && row[k] >= n_expert) {
+                    LLAMA_LOG_ERROR("%s: '%s': position %" PRIu64 ", layer %u: expert id %u is out of range (n_expert = %u)\n",
+                            __func__, path.c_str(), p, il, row[k], n_expert);
+                    return false;
+                }
+                for (uint32_t j = 0; j < k && row[k] != id_none; ++j) {
+                    if (row[j] == row[k]) {
+                        LLAMA_LOG_ERROR("%s: '%s': position %" PRIu64 ", layer %u: expert %u appears twice\n",
+                                __func__, path.c_str(), p, il, row[k]);
+                        return false;
+                    }
+                }
+            }
+            if (n_none != 0 && n_none != (int) n_expert_used) {
+                LLAMA_LOG_ERROR("%s: '%s': position %" PRIu64 ", layer %u: %d of %u ids are \"no expert\" (expected all or none)\n",
+                        __func__, path.c_str(), p, il, n_none, n_expert_used);
+                return false;
+            }
         }
     }
 
@@ -93,11 +153,41 @@ bool llama_routing::force_open(const std::string & path) {
     return true;
 }
 
+// the traces this process created: record may truncate them again (a replay resumes a session), and no other file
+static std::mutex routing_created_mutex;
+static std::set<std::string> routing_created;
+
 bool llama_routing::record_open(const std::string & path) {
-    f_record = fopen(path.c_str(), "w+b");
+    bool ours = false;
+    {
+        std::lock_guard<std::mutex> lock(routing_created_mutex);
+        ours = routing_created.count(path) > 0;
+    }
+    // create it, never follow a link or open an existing file this process did not create
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST && ours) {
+        fd = open(path.c_str(), O_RDWR | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+            close(fd);
+            fd = -1;
+            errno = EINVAL;
+        }
+    }
+    if (fd < 0) {
+        LLAMA_LOG_ERROR("%s: cannot create routing trace '%s': %s\n", __func__, path.c_str(),
+                errno == EEXIST ? "it exists and this server did not create it (remove it first)" : strerror(errno));
+        return false;
+    }
+    f_record = fdopen(fd, "w+b");
     if (!f_record) {
+        close(fd);
         LLAMA_LOG_ERROR("%s: cannot create routing trace '%s'\n", __func__, path.c_str());
         return false;
+    }
+    {
+        std::lock_guard<std::mutex> lock(routing_created_mutex);
+        routing_created.insert(path);
     }
     path_record = path;
     record_ids.clear();

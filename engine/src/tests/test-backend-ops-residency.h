@@ -9,7 +9,7 @@
 
 #include <numeric>
 
-#define GGML_MUL_MAT_ID_SKIP 15  // as in ggml/src/ggml-cpu/ggml-cpu.c (ostinato patch 0001)
+#include "ggml-ostinato.h" // GGML_MUL_MAT_ID_SKIP
 
 struct test_mul_mat_id_residency : public test_mul_mat_id {
     const bool  skip;        // true: MUL_MAT_ID_SKIP, false: MUL_MAT_ID_POOL

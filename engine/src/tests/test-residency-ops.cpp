@@ -24,8 +24,7 @@
 #include <string>
 #include <vector>
 
-// as in ggml/src/ggml-cpu/ggml-cpu.c and ggml/src/ggml-cuda/ggml-cuda.cu (ostinato patch 0001)
-#define GGML_MUL_MAT_ID_SKIP 15
+#include "ggml-ostinato.h" // GGML_MUL_MAT_ID_SKIP
 
 struct mmid_case {
     ggml_type   type;
