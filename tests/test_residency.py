@@ -128,6 +128,19 @@ def test_plan_per_layer_uniform() -> None:
     assert hot.tolist() == [[False, True, True], [False, False, False], [True, False, True]]
 
 
+def test_plan_uniform_fills_each_gpu_evenly() -> None:
+    from ostinato.residency.planner import plan_uniform
+
+    counts = np.array([[1, 5, 3, 0], [0, 0, 0, 0], [2, 2, 9, 1], [4, 3, 2, 1]])
+    eb = np.array([10, 0, 10, 10])
+    # GPU 0: layers 0 and 2 (dense layer 1 has no experts), 45 bytes: 2 per layer (40); GPU 1: layer 3, 15 bytes: 1
+    plan = plan_uniform(counts, np.array([0, 0, 0, 1]), eb, [45, 15])
+    assert plan.hot.sum(axis=1).tolist() == [2, 0, 2, 1]
+    assert plan.hot[0].tolist() == [False, True, True, False] and plan.hot[3].tolist() == [True, False, False, False]
+    assert plan.class_split == [{10: 4}, {10: 1}] and plan.covered_routes == [5 + 3 + 9 + 2, 4]
+    assert [s.tolist() for s in plan.gpu_slots] == [[[0, 1], [0, 2], [2, 0], [2, 2]], [[3, 0]]]
+
+
 def _planfile(slots: list) -> PlanFile:
     return PlanFile("toy", 3, 4, 2, [10, 10, 10], [[0, 1], [2]], [30, 20],
                     [np.asarray(s, dtype=np.int64).reshape(-1, 2) for s in slots], "abc")

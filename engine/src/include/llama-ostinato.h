@@ -43,12 +43,46 @@ extern "C" {
             struct llama_model * model,
                           bool   native);
 
+    // Expert policies on the pools (engine/README.md, "Expert policies"): STATIC keeps the plan's experts for the
+    // whole run (Ostinato); LRU and DECAY are the baselines' caches, built on the same pools and tables. With LRU,
+    // passes of at most max_pass tokens use the pool (each missing expert uploaded on demand, the least recently
+    // used one of the pool evicted); with DECAY, single-token passes use it (missing experts on the CPU, swaps at
+    // the next token boundary by decaying access counts: decay, hysteresis, admit). Passes a cache does not serve
+    // compute as llama.cpp does. The plan gives each pool its size and first contents.
+    enum llama_residency_policy_kind {
+        LLAMA_RESIDENCY_POLICY_STATIC = 0,
+        LLAMA_RESIDENCY_POLICY_LRU    = 1,
+        LLAMA_RESIDENCY_POLICY_DECAY  = 2,
+    };
+
+    struct llama_residency_policy_params {
+        int32_t      policy;     // enum llama_residency_policy_kind
+        uint32_t     max_pass;   // LRU: the largest pass the cache serves (llama.cpp: 32)
+        double       decay;      // DECAY: scores are multiplied by this every decode step, in (0, 1]
+        double       hysteresis; // DECAY: a missed expert replaces a cached one scoring more than (1 + h) times less
+        uint32_t     admit;      // DECAY: swaps per token boundary (the layers with the largest gain)
+        const char * log_path;   // LRU, DECAY: a tab-separated line per pass and layer (NULL or "": none)
+    };
+
+    LLAMA_API struct llama_residency_policy_params llama_residency_policy_default_params(void);
+
+    // set the expert policy of a model with a plan; -1 (an error logged) without a plan, with bad parameters, or
+    // when the log cannot be created
+    LLAMA_API int32_t llama_model_residency_set_policy(
+            struct llama_model * model,
+            const struct llama_residency_policy_params * params);
+
     struct llama_residency_stats {
         int64_t  n_resident;       // experts in the pools
         uint64_t n_upload_pass;    // forward passes that took the upload path
         uint64_t n_upload_experts; // cold experts copied to the staging areas, summed over layers and passes
         uint64_t n_upload_bytes;   // bytes copied
         int64_t  t_upload_us;      // time spent copying (including the wait for the copies)
+        uint64_t n_cache_hits;       // LRU, DECAY: distinct experts of served passes found in the pool, summed over layers
+        uint64_t n_cache_misses;     // and those not found
+        uint64_t n_cache_admissions; // experts copied into the pool by the policy
+        uint64_t n_cache_bytes;      // their bytes
+        int64_t  t_cache_us;         // time spent copying them
     };
 
     // statistics of the model's pools since the plan was loaded; -1 if no plan is loaded

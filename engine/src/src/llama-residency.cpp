@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -64,6 +66,27 @@ static uint64_t residency_expert_bytes(ggml_tensor * const * exps) {
         }
     }
     return n;
+}
+
+// the index tables of one layer from its slots (slot_of[e]: pool slot of expert e, -1 if not in the pool)
+static void residency_write_tables(const llama_residency & rsd, int il, const std::vector<int32_t> & slot_of) {
+    const auto & lr = rsd.layers[il];
+    const auto & p  = rsd.pools[lr.pool];
+    const int64_t n_expert = p.n_expert, n_used = p.n_used;
+    const size_t n_tab = (size_t) n_used*n_expert;
+    std::vector<int32_t> t_slot(n_tab), t_cold(n_tab), t_stage(n_tab);
+    for (int64_t j = 0; j < n_used; ++j) {
+        for (int64_t e = 0; e < n_expert; ++e) {
+            const int32_t s = slot_of[e];
+            const size_t  i = (size_t) (j*n_expert + e);
+            t_slot[i]  = s >= 0 ? s : (int32_t) (p.n_slot + j);
+            t_cold[i]  = s >= 0 ? -1 : (int32_t) e;
+            t_stage[i] = s >= 0 ? (int32_t) (p.n_expert + j) : (int32_t) e;
+        }
+    }
+    ggml_backend_tensor_set(lr.tab_slot,  t_slot.data(),  0, n_tab*sizeof(int32_t));
+    ggml_backend_tensor_set(lr.tab_cold,  t_cold.data(),  0, n_tab*sizeof(int32_t));
+    ggml_backend_tensor_set(lr.tab_stage, t_stage.data(), 0, n_tab*sizeof(int32_t));
 }
 
 #define RSD_FAIL(...) do { LLAMA_LOG_ERROR("%s: residency plan '%s': ", __func__, path); LLAMA_LOG_ERROR(__VA_ARGS__); LLAMA_LOG_ERROR("\n"); return nullptr; } while (0)
@@ -319,17 +342,6 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
             continue;
         }
         const auto & p = rsd->pools[lr.pool];
-        const size_t n_tab = (size_t) n_used*n_expert;
-        std::vector<int32_t> t_slot(n_tab), t_cold(n_tab), t_stage(n_tab);
-        for (uint32_t j = 0; j < n_used; ++j) {
-            for (uint32_t e = 0; e < n_expert; ++e) {
-                const int32_t s = slot_of[il][e];
-                const size_t  i = (size_t) j*n_expert + e;
-                t_slot[i]  = s >= 0 ? s : (int32_t) (p.n_slot + j);
-                t_cold[i]  = s >= 0 ? -1 : (int32_t) e;
-                t_stage[i] = s >= 0 ? (int32_t) (p.n_expert + j) : (int32_t) e;
-            }
-        }
         for (uint32_t e = 0; e < n_expert; ++e) {
             const int32_t s = slot_of[il][e];
             if (s < 0) {
@@ -342,10 +354,9 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
                 }
             }
         }
-        ggml_backend_tensor_set(lr.tab_slot,  t_slot.data(),  0, n_tab*sizeof(int32_t));
-        ggml_backend_tensor_set(lr.tab_cold,  t_cold.data(),  0, n_tab*sizeof(int32_t));
-        ggml_backend_tensor_set(lr.tab_stage, t_stage.data(), 0, n_tab*sizeof(int32_t));
+        residency_write_tables(*rsd, (int) il, slot_of[il]);
     }
+    rsd->slot_of = std::move(slot_of);
     std::vector<float> off(n_used);
     for (uint32_t j = 0; j < n_used; ++j) {
         off[j] = (float) ((size_t) j*n_expert); // exact in F32 (far below 2^24)
@@ -381,6 +392,36 @@ static llm_graph_input_residency * residency_input_get(llm_graph_result * res) {
         }
     }
     return nullptr;
+}
+
+static llm_graph_input_residency * residency_input_get_or_add(llm_graph_result * res, const llama_residency * rsd) {
+    auto * inp = residency_input_get(res);
+    if (inp == nullptr) {
+        inp = static_cast<llm_graph_input_residency *>(res->add_input(std::make_unique<llm_graph_input_residency>(rsd)));
+    }
+    return inp;
+}
+
+static void residency_log_header(FILE * f) {
+    fprintf(f, "pass\tpos0\tn_tokens\trows\tlayer\tpool\tpath\thits\tmisses\tevictions\tadmissions\texperts\n");
+    fflush(f);
+}
+
+void llm_graph_input_residency::set_input(const llama_ubatch * ubatch) {
+    llama_residency_policy * pol = rsd->policy.get();
+    if (pol == nullptr || ubatch == nullptr) {
+        return;
+    }
+    pass     = pol->n_pass++;
+    pos0     = ubatch->pos ? ubatch->pos[0] : -1;
+    n_tokens = ubatch->n_tokens;
+    started  = false;
+    swapped.clear();
+    if (native && pol->log) {
+        fprintf(pol->log, "%" PRIu64 "\t%" PRId64 "\t%" PRId64 "\t%" PRId64 "\t-1\t-1\tnative\t0\t0\t0\t0\t\n",
+                pass, pos0, n_tokens, n_tokens);
+        fflush(pol->log);
+    }
 }
 
 // mark the MUL_MAT_ID nodes that read `ids` so that the CPU skips ids < 0; they sit a few ops above
@@ -430,6 +471,15 @@ ggml_tensor * llama_residency_build_moe(
     const int64_t n_used   = selected->ne[0];
     const int64_t n_tokens = selected->ne[1];
 
+    llama_residency_policy * pol = rsd->policy.get();
+    if (pol != nullptr) {
+        auto * inp = residency_input_get_or_add(res, rsd);
+        if (!pol->serves(n_tokens)) {
+            inp->native = true; // a pass the cache does not serve computes as llama.cpp does
+            return nullptr;
+        }
+    }
+
     if (rsd->prefill_native && n_tokens > 1) {
         // ablation: prefill takes llama.cpp's native path (all routes from host memory: on the CPU, or uploaded
         // by the backend's op offload), only single-token passes use the pools
@@ -447,6 +497,14 @@ ggml_tensor * llama_residency_build_moe(
     ggml_tensor * idx = ggml_add(ctx0, ggml_cast(ctx0, selected, GGML_TYPE_F32), p.route_offset);
     ggml_tensor * ids_flat = ggml_reshape_1d(ctx0, ggml_cast(ctx0, idx, GGML_TYPE_I32), n_used*n_tokens);
 
+    if (pol != nullptr) {
+        // a dynamic policy: the eval callback reads the pass's routes here, updates the pool and the tables, and
+        // only then do the lookups below run; routes the pool does not hold go to the CPU as on the split path
+        ggml_format_name(ids_flat, "ffn_moe_ids_flat-%d", il);
+        ggml_build_forward_expand(gf, ids_flat);
+        residency_input_get(res)->cache_nodes[ids_flat] = il;
+    }
+
     // GPU branch: resident experts from the pool, cold routes on the zero slot
     ggml_tensor * ids_hot = residency_lookup(ctx0, lr.tab_slot, ids_flat, n_used, n_tokens);
     ggml_format_name(ids_hot, "ffn_moe_ids_hot-%d", il);
@@ -454,7 +512,7 @@ ggml_tensor * llama_residency_build_moe(
     ggml_format_name(out_hot, "ffn_moe_hot-%d", il);
 
     ggml_tensor * out_cold = nullptr;
-    if (n_tokens < (int64_t) rsd->n_upload_min) {
+    if (pol != nullptr || n_tokens < (int64_t) rsd->n_upload_min) {
         // split path: cold routes on the CPU from host memory, resident routes skipped (id -1)
         ggml_tensor * ids_cold = residency_lookup(ctx0, lr.tab_cold, ids_flat, n_used, n_tokens);
         ggml_format_name(ids_cold, "ffn_moe_ids_cold-%d", il);
@@ -569,6 +627,101 @@ static void residency_upload(llm_graph_input_residency & inp, ggml_tensor * t, i
     }
 }
 
+//
+// dynamic policies: the eval callback on each served layer's route ids
+//
+
+// copy experts into their pool slots (one wait per backend at the end)
+static void residency_copy_moves(llm_graph_input_residency & inp, const std::vector<llama_residency_move> & moves) {
+    if (moves.empty()) {
+        return;
+    }
+    const llama_residency & rsd = *inp.rsd;
+    llama_residency_policy & pol = *rsd.policy;
+    const int64_t t0 = ggml_time_us();
+    std::set<ggml_backend_t> used;
+    for (const auto & m : moves) {
+        const auto & lr = rsd.layers[m.layer];
+        const auto & p  = rsd.pools[lr.pool];
+        ggml_backend_t backend = residency_backend_for(inp.sched, p.dev);
+        for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+            const ggml_tensor * h = lr.host[k];
+            if (h == nullptr) {
+                continue;
+            }
+            const char * src = (const char *) h->data + (size_t) m.expert*h->nb[2];
+            const size_t off = (size_t) m.slot*h->nb[2];
+            if (backend) {
+                ggml_backend_tensor_set_async(backend, p.exps[k], src, off, h->nb[2]);
+            } else {
+                ggml_backend_tensor_set(p.exps[k], src, off, h->nb[2]);
+            }
+            pol.n_copy_bytes += h->nb[2];
+        }
+        if (backend) {
+            used.insert(backend);
+        }
+    }
+    for (ggml_backend_t b : used) {
+        ggml_backend_synchronize(b);
+    }
+    pol.n_admissions += moves.size();
+    pol.t_copy_us    += ggml_time_us() - t0;
+}
+
+static void residency_cache_serve(llm_graph_input_residency & inp, ggml_tensor * t, int il) {
+    const llama_residency & rsd = *inp.rsd;
+    llama_residency_policy & pol = *rsd.policy;
+    const auto & lr = rsd.layers[il];
+    const auto & p  = rsd.pools[lr.pool];
+
+    std::vector<int32_t> ids(ggml_nelements(t));
+    ggml_backend_tensor_get(t, ids.data(), 0, ids.size()*sizeof(int32_t));
+
+    // the layer's distinct experts in first-use order (token by token, route by route)
+    std::vector<int32_t> distinct;
+    std::vector<uint8_t> seen(p.n_expert, 0);
+    for (int32_t v : ids) {
+        GGML_ASSERT(v >= 0 && v < p.n_used*p.n_expert);
+        const int32_t e = (int32_t) (v % p.n_expert);
+        if (!seen[e]) {
+            seen[e] = 1;
+            distinct.push_back(e);
+        }
+    }
+
+    std::vector<llama_residency_move> moves;
+    std::set<int> dirty;
+    llama_residency_counts c;
+    if (pol.params.policy == LLAMA_RESIDENCY_POLICY_LRU) {
+        c = pol.lru_serve(il, distinct, moves, dirty);
+    } else {
+        if (!inp.started) {
+            pol.decay_boundary(moves, dirty, inp.swapped); // the token boundary: swaps the last step earned
+        }
+        c = pol.decay_record(il, distinct, inp.swapped.count(il) > 0);
+    }
+    inp.started = true;
+
+    residency_copy_moves(inp, moves);
+    for (int l : dirty) {
+        residency_write_tables(rsd, l, pol.slot_of[l]);
+    }
+    pol.n_hits   += c.hits;
+    pol.n_misses += c.misses;
+
+    if (pol.log) {
+        std::string ex;
+        for (size_t i = 0; i < distinct.size(); ++i) {
+            ex += (i ? "," : "") + std::to_string(distinct[i]);
+        }
+        fprintf(pol.log, "%" PRIu64 "\t%" PRId64 "\t%" PRId64 "\t%" PRId64 "\t%d\t%d\tcache\t%" PRId64 "\t%" PRId64 "\t%" PRId64 "\t%" PRId64 "\t%s\n",
+                inp.pass, inp.pos0, inp.n_tokens, (int64_t) ids.size()/p.n_used, il, lr.pool,
+                c.hits, c.misses, c.evictions, c.admissions, ex.c_str());
+        fflush(pol.log);
+    }
+}
+
 static bool residency_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
     auto * inp = static_cast<llm_graph_input_residency *>(user_data);
     auto it = inp->upload_nodes.find(t);
@@ -577,6 +730,13 @@ static bool residency_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
             residency_upload(*inp, t, it->second);
         }
         return true; // our own node: the user's callback does not see it
+    }
+    auto ic = inp->cache_nodes.find(t);
+    if (ic != inp->cache_nodes.end()) {
+        if (!ask) {
+            residency_cache_serve(*inp, t, ic->second);
+        }
+        return true;
     }
     if (inp->cb_user == nullptr) {
         return false;
@@ -594,7 +754,7 @@ void llama_residency_after_build(
         return;
     }
     auto * inp = residency_input_get(&res);
-    if (inp == nullptr || inp->upload_nodes.empty()) {
+    if (inp == nullptr || (inp->upload_nodes.empty() && inp->cache_nodes.empty())) {
         ggml_backend_sched_set_eval_callback(sched, cb_user, cb_user_data);
         return;
     }
@@ -632,6 +792,114 @@ int32_t llama_model_residency_set_prefill_native(struct llama_model * model, boo
     return 0;
 }
 
+struct llama_residency_policy_params llama_residency_policy_default_params(void) {
+    llama_residency_policy_params p = {};
+    p.policy     = LLAMA_RESIDENCY_POLICY_STATIC;
+    p.max_pass   = 32;
+    p.decay      = 0.95;
+    p.hysteresis = 0.25;
+    p.admit      = 1;
+    p.log_path   = nullptr;
+    return p;
+}
+
+int32_t llama_model_residency_set_policy(struct llama_model * model, const struct llama_residency_policy_params * params) {
+    if (model->residency == nullptr) {
+        LLAMA_LOG_ERROR("%s: an expert policy needs a residency plan (its pools)\n", __func__);
+        return -1;
+    }
+    llama_residency & rsd = *model->residency;
+    const auto & pp = *params;
+    const bool has_log = pp.log_path != nullptr && pp.log_path[0] != '\0';
+    if (pp.policy == LLAMA_RESIDENCY_POLICY_STATIC) {
+        if (has_log) {
+            LLAMA_LOG_ERROR("%s: the cache log is written by the lru and decay policies only\n", __func__);
+            return -1;
+        }
+        rsd.policy.reset();
+        return 0;
+    }
+    if (pp.policy != LLAMA_RESIDENCY_POLICY_LRU && pp.policy != LLAMA_RESIDENCY_POLICY_DECAY) {
+        LLAMA_LOG_ERROR("%s: unknown policy %d\n", __func__, pp.policy);
+        return -1;
+    }
+    if (pp.policy == LLAMA_RESIDENCY_POLICY_LRU && pp.max_pass < 1) {
+        LLAMA_LOG_ERROR("%s: lru: the largest served pass must be at least 1 token\n", __func__);
+        return -1;
+    }
+    if (pp.policy == LLAMA_RESIDENCY_POLICY_DECAY &&
+            (!(pp.decay > 0.0 && pp.decay <= 1.0) || !(pp.hysteresis >= 0.0) || !std::isfinite(pp.hysteresis))) {
+        LLAMA_LOG_ERROR("%s: decay: expected decay in (0, 1] and hysteresis >= 0, got %g and %g\n", __func__, pp.decay, pp.hysteresis);
+        return -1;
+    }
+    if (rsd.prefill_native) {
+        LLAMA_LOG_ERROR("%s: the native prefill ablation and a dynamic policy cannot be combined\n", __func__);
+        return -1;
+    }
+
+    auto pol = std::make_unique<llama_residency_policy>();
+    pol->params   = pp;
+    pol->params.log_path = nullptr;
+    pol->n_expert = rsd.pools.empty() ? 0 : (uint32_t) rsd.pools[0].n_expert;
+    pol->slot_of  = rsd.slot_of;
+    pol->layer_pool.resize(rsd.layers.size());
+    for (size_t il = 0; il < rsd.layers.size(); ++il) {
+        pol->layer_pool[il] = rsd.layers[il].pool;
+    }
+    pol->slot_key.resize(rsd.pools.size());
+    pol->lru.resize(rsd.pools.size());
+    for (size_t ip = 0; ip < rsd.pools.size(); ++ip) {
+        pol->slot_key[ip].assign(rsd.pools[ip].n_slot, -1);
+    }
+    // the plan's experts fill the pools; the least recently used first is the plan's first slot
+    for (size_t il = 0; il < rsd.layers.size(); ++il) {
+        if (rsd.layers[il].pool < 0) {
+            continue;
+        }
+        for (size_t e = 0; e < pol->slot_of[il].size(); ++e) {
+            const int32_t s = pol->slot_of[il][e];
+            if (s >= 0) {
+                pol->slot_key[rsd.layers[il].pool][s] = (int64_t) il*pol->n_expert + e;
+            }
+        }
+    }
+    for (size_t ip = 0; ip < rsd.pools.size(); ++ip) {
+        for (int64_t key : pol->slot_key[ip]) {
+            pol->lru[ip].push_back(key);
+            pol->lru_pos[key] = std::prev(pol->lru[ip].end());
+        }
+    }
+    // decay: the plan's experts start with score 1 (warmed), every other expert with 0
+    pol->score.assign(rsd.layers.size()*pol->n_expert, 0.0);
+    for (size_t il = 0; il < rsd.layers.size(); ++il) {
+        for (size_t e = 0; e < pol->slot_of[il].size(); ++e) {
+            if (pol->slot_of[il][e] >= 0) {
+                pol->score[il*pol->n_expert + e] = 1.0;
+            }
+        }
+    }
+    pol->last.resize(rsd.layers.size());
+
+    if (has_log) {
+        pol->log = fopen(pp.log_path, "w");
+        if (pol->log == nullptr) {
+            LLAMA_LOG_ERROR("%s: cannot create the cache log '%s': %s\n", __func__, pp.log_path, strerror(errno));
+            return -1;
+        }
+        residency_log_header(pol->log);
+    }
+    if (pp.policy == LLAMA_RESIDENCY_POLICY_LRU) {
+        LLAMA_LOG_INFO("%s: lru: passes of at most %u tokens use the pools, each missing expert uploaded on demand "
+                "(least recently used out); larger passes compute as llama.cpp does\n", __func__, pp.max_pass);
+    } else {
+        LLAMA_LOG_INFO("%s: decay: single-token passes use the pools (missing experts on the CPU); at each token "
+                "boundary up to %u swaps by decaying access counts (decay %g, hysteresis %g); larger passes compute "
+                "as llama.cpp does\n", __func__, pp.admit, pp.decay, pp.hysteresis);
+    }
+    rsd.policy = std::move(pol);
+    return 0;
+}
+
 int32_t llama_model_residency_stats(const struct llama_model * model, struct llama_residency_stats * out) {
     if (model->residency == nullptr) {
         return -1;
@@ -642,6 +910,11 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
     out->n_upload_experts = r.n_upload_experts;
     out->n_upload_bytes   = r.n_upload_bytes;
     out->t_upload_us      = r.t_upload_us;
+    out->n_cache_hits       = r.policy ? r.policy->n_hits       : 0;
+    out->n_cache_misses     = r.policy ? r.policy->n_misses     : 0;
+    out->n_cache_admissions = r.policy ? r.policy->n_admissions : 0;
+    out->n_cache_bytes      = r.policy ? r.policy->n_copy_bytes : 0;
+    out->t_cache_us         = r.policy ? r.policy->t_copy_us    : 0;
     for (const auto & lr : r.layers) {
         out->n_resident += lr.n_resident;
     }

@@ -13,11 +13,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 struct llama_model;
+
+#include "llama-residency-policy.h"
 
 #include "ggml-ostinato.h" // GGML_MUL_MAT_ID_SKIP: the op_params index that marks a MUL_MAT_ID whose negative ids are skipped
 
@@ -68,6 +72,11 @@ struct llama_residency {
     std::vector<llama_residency_layer> layers; // per model layer
     std::vector<llama_residency_pool>  pools;
 
+    std::vector<std::vector<int32_t>> slot_of; // the plan's slots: [layer][expert] -> pool slot, -1 if not resident
+
+    // the expert policy (--residency-policy); null: static (the plan's experts for the whole run)
+    std::unique_ptr<llama_residency_policy> policy;
+
     std::vector<ggml_context *>         ctxs;
     std::vector<ggml_backend_buffer_t>  bufs;
 
@@ -113,13 +122,23 @@ public:
     llm_graph_input_residency(const llama_residency * rsd) : rsd(rsd) {}
     virtual ~llm_graph_input_residency() = default;
 
-    void set_input(const llama_ubatch * ubatch) override { (void) ubatch; }
+    // a pass of a dynamic policy: counted, and logged when it computes as llama.cpp does (no cache node)
+    void set_input(const llama_ubatch * ubatch) override;
     bool can_reuse(const llm_graph_params & params) override { (void) params; return true; }
 
     const llama_residency * rsd;
 
     std::unordered_map<const ggml_tensor *, int> upload_nodes; // staging ids node -> layer
     int upload_last = -1;                                      // layer of the last upload node
+
+    // dynamic policies: the flat route ids of each layer the pass serves from the pool -> layer
+    std::unordered_map<const ggml_tensor *, int> cache_nodes;
+    bool     native   = false; // the pass computes as llama.cpp does (the policy does not serve it)
+    bool     started  = false; // the pass's first cache node was handled (decay: the token boundary)
+    std::set<int> swapped;     // decay: the layers whose pool the pass's token boundary changed
+    int64_t  pos0     = -1;    // first position and tokens of the pass in flight
+    int64_t  n_tokens = 0;
+    uint64_t pass     = 0;
 
     // set by llama_residency_after_build
     ggml_backend_sched_t sched = nullptr;

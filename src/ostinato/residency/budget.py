@@ -15,7 +15,7 @@ import numpy as np
 from ostinato.models.gguf_shape import MoeShape, moe_shape_from_gguf
 from ostinato.residency.capacity import Capacity
 from ostinato.residency.planfile import PlanFile
-from ostinato.residency.planner import Plan, plan_frequency
+from ostinato.residency.planner import PLAN_RULES, Plan
 from ostinato.residency.profile import RouteCounts
 
 
@@ -86,22 +86,26 @@ def resolve_budget(model: str | Path, tree: str | Path, budget_gib: float | None
 
 
 def plan_from_profile(dev: RouteCounts, layer_gpu: np.ndarray, expert_bytes: np.ndarray, pool_bytes: list[int],
-                      model_name: str) -> tuple[PlanFile, Plan]:
-    """Prop 3.1 on a development profile: the plan file the engine loads, and the planner's result."""
+                      model_name: str, rule: str = "frequency") -> tuple[PlanFile, Plan]:
+    """A plan rule on a development profile (frequency: Prop 3.1; uniform: the same count per layer): the plan file
+    the engine loads, and the planner's result."""
+    if rule not in PLAN_RULES:
+        raise ValueError(f"plan rule {rule!r}: expected one of {', '.join(PLAN_RULES)}")
     n_layer = dev.shape.n_layer
     layer_gpu = np.asarray(layer_gpu)[:n_layer]
-    plan = plan_frequency(dev.counts, layer_gpu, expert_bytes, pool_bytes)
+    plan = PLAN_RULES[rule](dev.counts, layer_gpu, expert_bytes, pool_bytes)
     pf = PlanFile(model_name, n_layer, dev.shape.n_expert, dev.shape.n_expert_used, [int(x) for x in expert_bytes],
                   [[int(l) for l in np.flatnonzero(layer_gpu == j)] for j in range(len(pool_bytes))],
                   [int(x) for x in pool_bytes], plan.gpu_slots, dev.sha256())
     return pf, plan
 
 
-def plan_for_budget(dev: RouteCounts, shape: MoeShape, budget_bytes: int) -> tuple[PlanFile, Plan]:
-    """One GPU holding every layer, its pool `budget_bytes`: the most-routed experts of the profile that fit."""
+def plan_for_budget(dev: RouteCounts, shape: MoeShape, budget_bytes: int,
+                    rule: str = "frequency") -> tuple[PlanFile, Plan]:
+    """One GPU holding every layer, its pool `budget_bytes`: the profile's experts that fit, by `rule`."""
     check_shape(dev, shape)
     return plan_from_profile(dev, np.zeros(shape.n_layer, dtype=int), np.asarray(shape.expert_bytes, dtype=np.int64),
-                             [int(budget_bytes)], shape.name)
+                             [int(budget_bytes)], shape.name, rule)
 
 
 def slots_for_share(dev: RouteCounts, shape: MoeShape, resident_share: float) -> int:

@@ -12,6 +12,7 @@ from ostinato.atomic import atomic_open
 from ostinato.residency.capacity import (Capacity, capacity_test, load_memory_model, longest_request_tokens,
                                          split_layers)
 from ostinato.models.gguf_shape import moe_shape_from_gguf
+from ostinato.residency.planner import PLAN_RULES
 from ostinato.residency.budget import check_shape, plan_from_profile, slots_for_share
 from ostinato.residency.planfile import write_plan
 from ostinato.residency.profile import profile_from_traces, read_profile, write_profile
@@ -75,7 +76,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         eb = np.asarray(shape.expert_bytes, dtype=np.int64)
         if not args.capacity:
             pool = [s * int(eb.max()) for s in slots]
-    pf, plan = plan_from_profile(dev, layer_gpu, eb, pool, args.model_name)
+    pf, plan = plan_from_profile(dev, layer_gpu, eb, pool, args.model_name, args.rule)
     cs = write_plan(args.out, pf)
     held = read_profile(args.heldout) if args.heldout else None
     summ = plan_summary(plan.hot, layer_gpu, dev, held)
@@ -156,7 +157,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--out", required=True, help="memory-model YAML")
     m.add_argument("--report", required=True, help="JSON: every term, the engine's numbers, the checks")
     m.set_defaults(func=_cmd_memory)
-    q = g.add_parser("plan", help="frequency-ranked residency plan file and summary")
+    q = g.add_parser("plan", help="residency plan file and summary (frequency-ranked, or uniform per layer)")
     q.add_argument("--profile", required=True, help="development routing profile (JSON)")
     q.add_argument("--capacity", help="capacity JSON from `residency capacity`")
     q.add_argument("--slots", help="comma list of slots per GPU (instead of --capacity; equal layer split)")
@@ -165,6 +166,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--llama-tree", help="with --gguf: the pinned llama.cpp tree (its gguf-py reads the model)")
     q.add_argument("--resident-share", type=float, help="with --gguf, one GPU: this share of the profile's MoE "
                    "layers' experts is resident (instead of --slots)")
+    q.add_argument("--rule", choices=sorted(PLAN_RULES), default="frequency",
+                   help="frequency (default): each pool's most-routed experts of all its layers (Prop 3.1); uniform: "
+                        "the same number of experts in every layer of a pool, each layer's most-routed "
+                        "(KTransformers' default placement)")
     q.add_argument("--model-name", default="")
     q.add_argument("--heldout", help="held-out routing profile, for the summary's coverage")
     q.add_argument("--out", required=True)

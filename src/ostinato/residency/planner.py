@@ -96,6 +96,31 @@ def plan_frequency(counts: np.ndarray, layer_gpu: np.ndarray, expert_bytes: np.n
     return Plan(hot, slots, splits, covered)
 
 
+def plan_uniform(counts: np.ndarray, layer_gpu: np.ndarray, expert_bytes: np.ndarray, pool_bytes: list[int]) -> Plan:
+    """KTransformers' default placement at the same pool bytes: per GPU, the same number of experts in each of its
+    MoE layers (the most that fits), each layer's most-routed ones."""
+    counts = np.asarray(counts)
+    n_layer, n_expert = counts.shape
+    layer_gpu = np.asarray(layer_gpu)[:n_layer]
+    eb = np.asarray(expert_bytes, dtype=np.int64)
+    hot = np.zeros((n_layer, n_expert), dtype=bool)
+    slots, splits, covered = [], [], []
+    for j, budget in enumerate(pool_bytes):
+        layers = np.flatnonzero((layer_gpu == j) & (eb > 0))
+        per_expert = int(eb[layers].sum())
+        n = min(n_expert, int(budget) // per_expert) if per_expert else 0
+        hot[layers] = plan_per_layer(counts, n, layers)[layers]
+        slots.append(np.argwhere(hot & (layer_gpu == j)[:, None]))
+        sizes = sorted({int(x) for x in eb[layers]})
+        splits.append({s_: n * int((eb[layers] == s_).sum()) for s_ in sizes})
+        covered.append(int(counts[layers][hot[layers]].sum()))
+    return Plan(hot, slots, splits, covered)
+
+
+# the rules of `ostinato residency plan --rule` (and of the presets' plans, ostinato.presets.PLAN_RULES)
+PLAN_RULES = {"frequency": plan_frequency, "uniform": plan_uniform}
+
+
 def plan_per_layer(counts: np.ndarray, per_layer: int, moe_layers: np.ndarray | None = None) -> np.ndarray:
     """A static uniform split (KTransformers' default placement): the per_layer most-routed experts of each layer."""
     counts = np.asarray(counts)
