@@ -40,7 +40,7 @@
 # **Known differences.** The default pipeline simulates synthetic sessions (shapes drawn by the routing
 # generator for the workload, `routing.synthetic`), not the paper's 13 SWE and 60 τ2 held-out sessions, and a
 # single session per set: expect the engines' order and the rough size of the gaps, not the paper's totals.
-# The simulator models KTransformers only by its static uniform per-layer placement (`static-uniform`), not its
+# The simulator models KTransformers only by its static uniform per-layer placement (`ktransformers-placement`), not its
 # kernels, and has no model of ik_llama.cpp or FreeToken. Ostinato's simulated decode is the overlapped
 # two-branch step of Eq. (1) without the decode-graph, affinity and borrowed-memory steps of Table 8c.
 
@@ -124,8 +124,8 @@ intercepts
 # %% [markdown]
 # ## Table 8b: the ablation steps
 # The paper's SWE held-out ablation (total relative to step 1, layer placement) beside the simulator's policies
-# that model each step: 1 `llama-layers`, 2 `llama-expert-cache`, 3 `resident-native-inturn` (resident experts,
-# native prefill, branches in turn), 4 `resident-native` (+ overlapped branches), 5 `ostinato` (+ prefill paths).
+# that model each step: 1 `llama.cpp-layers`, 2 `llama.cpp-expert-cache`, 3 `ostinato-native-prefill` (resident experts,
+# native prefill, branches in turn), 4 `ostinato-native-prefill-overlap` (+ overlapped branches), 5 `ostinato` (+ prefill paths).
 # The paper's steps 3 and 4 hold 4,864 experts and step 5 holds 5,702; the simulator uses the plan's pool for all.
 
 # %%
@@ -207,7 +207,7 @@ ax.legend(fontsize="x-small")
 ax = axes[3]
 labels = [b[2] for b in V.BINS]
 x = np.arange(len(labels))
-for i, (sim_ref, marker) in enumerate((("llama-layers", "o"), ("llama-expert-cache", "^"), ("buun", "v"))):
+for i, (sim_ref, marker) in enumerate((("llama.cpp-layers", "o"), ("llama.cpp-expert-cache", "^"), ("buun", "v"))):
     sub = fig7a[fig7a["simulated_reference"] == sim_ref].set_index("new_tokens").reindex(labels)
     off = (i - 1) * 0.2
     lo, hi = sub["paper_change_low_pct"].to_numpy(), sub["paper_change_high_pct"].to_numpy()

@@ -26,7 +26,7 @@
 # configured session sets, so compare the saved shares and their order, not the totals. The default config
 # replays a tiny synthetic model on the CPU, where `llama.cpp-layers` has no GPU to place layers on and
 # Ostinato's pool is a host buffer: its saved share says whether the replay and the comparison work, not how
-# fast the method is. The simulator stands for KTransformers by its placement (`static-uniform`) only.
+# fast the method is. The simulator stands for KTransformers by its placement (`ktransformers-placement`) only.
 
 # %% tags=["parameters"]
 output_stem = "table3"

@@ -18,8 +18,8 @@
 #
 # The paper's ablation on its held-out SWE sessions (Table 8b: layer placement, the expert cache, resident
 # experts with native prefill, + overlapped branches, + 5,702 experts and the prefill paths, and the full decode
-# path) beside every series that has engines standing for its steps: the simulator's policies (`llama-layers` 1,
-# `llama-expert-cache` 2, `resident-native-inturn` 3, `resident-native` 4, `ostinato` 5) and this run's replayed
+# path) beside every series that has engines standing for its steps: the simulator's policies (`llama.cpp-layers` 1,
+# `llama.cpp-expert-cache` 2, `ostinato-native-prefill` 3, `ostinato-native-prefill-overlap` 4, `ostinato` 5) and this run's replayed
 # engines where their names are those steps (`llama.cpp-layers` 1, `ostinato-native-prefill` 3: resident experts
 # with llama.cpp's native prefill, its two branches in turn; `ostinato` 5; the engine has no expert cache and no
 # overlapped branches, steps 2 and 4). Each step's total, prefill and decode time relative to step 1 of its own

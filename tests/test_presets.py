@@ -107,3 +107,21 @@ def test_replay_run_preset_flags(tiny_v4_model, llama_tree, tmp_path):
         _engine_preset(argparse.Namespace(**{**vars(by_cap), "expert_capacity": cap.with_name("none.json")}))
     with pytest.raises(ValueError, match="--resident-share, --expert-capacity: each sets the budget"):
         _engine_preset(argparse.Namespace(**{**vars(by_cap), "resident_share": 0.5}))
+
+
+@pytest.mark.parametrize("name,flags,offload", [
+    ("llama.cpp-expert-cache", ("--residency-policy", "lru", "--residency-cache-max-pass", "32"), True),
+    ("buun", ("--residency-policy", "decay"), True),
+    ("ktransformers-placement", ("--residency-upload-min", str(2**31 - 1)), False),
+])
+def test_baseline_policy_presets_use_the_pools(name, flags, offload):
+    from ostinato.presets import PLAN_RULES, POLICY_PRESETS
+
+    cfg = preset(name, ExpertBudget((V4_LAYER,) * 8, 14 * GIB), plan="p.json")
+    assert cfg.variant == "ostinato" and name in POLICY_PRESETS
+    assert cfg.server_args == ("-ngl", "99", "--residency-plan", "p.json") + flags
+    assert (cfg.env == {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)}) == offload
+    assert cfg.description.startswith("(policy, implemented here)")
+    assert PLAN_RULES[name] == ("uniform" if name == "ktransformers-placement" else "frequency")
+    with pytest.raises(ValueError, match="needs a residency plan"):
+        preset(name, ExpertBudget((100,) * 4))

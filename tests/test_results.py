@@ -51,7 +51,7 @@ def write_replay(tmp: Path, failed: tuple[str, str] | None = None, scale: dict[s
 def write_sim(tmp: Path) -> tuple[Path, Path]:
     """Simulator outputs (`ostinato sim run`) for two policies on one synthetic SWE session."""
     ses, req = [], []
-    for pol, k in (("ostinato", 0.5), ("llama-layers", 1.0), ("resident-native", 0.8)):
+    for pol, k in (("ostinato", 0.5), ("llama.cpp-layers", 1.0), ("ostinato-native-prefill-overlap", 0.8)):
         rows = [{"engine": pol, "session": "synthetic-swe/1-0", "turn": t, "kind": "first" if t == 0 else "tool",
                  "n_new": 200, "n_output": 10 if t < 2 else 1, "prefill_ms": 100 * k, "decode_ms": 50 * k,
                  "ttft_ms": 100 * k, "tpot_ms": 5 * k, "total_ms": 150 * k} for t in range(3)]
@@ -87,7 +87,7 @@ def test_load_measured_and_missing_column(tmp_path):
 def test_load_simulated_maps_policies_and_context(tmp_path):
     runs = load_simulated(*write_sim(tmp_path), profile="paper-4x4090d")
     assert runs.series == ["simulated (paper-4x4090d)"]
-    assert set(runs.sessions["engine"]) == {"ostinato", "llama.cpp-layers", "resident-native"}
+    assert set(runs.sessions["engine"]) == {"ostinato", "llama.cpp-layers", "ostinato-native-prefill-overlap"}
     ctx = runs.requests[runs.requests["engine"] == "ostinato"].sort_values("turn")["context"].tolist()
     assert ctx == [200, 200 + 10 + 200, 200 + 10 + 200 + 10 + 200]
     # one output token has no TPOT
@@ -168,7 +168,7 @@ def test_measured_ablation_steps_and_prefill_paths(tmp_path):
     assert meas.loc["SWE", "saved_pct"] == pytest.approx(100 / 3)
     assert meas.loc["SWE", "saved_ci_low_pct"] <= 100 / 3 + 1e-9 <= meas.loc["SWE", "saved_ci_high_pct"] + 1e-9
     sim = pp[pp["series"] == "simulated (p)"].iloc[0]
-    assert sim["native"] == "resident-native" and sim["prefill_change_pct"] == pytest.approx(100 * (0.5 / 0.8 - 1))
+    assert sim["native"] == "ostinato-native-prefill-overlap" and sim["prefill_change_pct"] == pytest.approx(100 * (0.5 / 0.8 - 1))
     # a series without the native configuration has no row
     only = R.prefill_paths(R.compare(load_measured(*write_replay(tmp_path, stem="b")), R.CompareOptions(n_resamples=199)),
                            PAPER / "table8_ablation.csv")

@@ -79,12 +79,13 @@ def test_layers_policy() -> None:
 
 def test_lru_cache_serves_small_passes_only() -> None:
     ids = _ids()
-    rows = simulate_session([Request("first", 3, 3)], ids, 4, llama_expert_cache(slots=3), C, P)
+    rows = simulate_session([Request("first", 3, 3)], ids, 4, llama_expert_cache(HOT), C, P)
     # prefill of 3 tokens > cache_max_pass = 2: all routes on the CPU
     assert rows[0]["prefill_ms"] == pytest.approx(5 + 3 + 2 * (0.1 + 0.02 * 6))
-    # decode step 1 (pos 3): L0:0, L0:1, L1:0 miss (cache of 3), L1:1 misses and evicts L0:0 -> 4 misses;
-    # step 2 (pos 4): L0:2, L0:3 miss (evict L0:1, L1:0), L1:0 misses (evicts L1:1), L1:3 misses -> 4 misses
-    t1 = 10 + 4 * 0.5 + 2 * 0.137
+    # the cache starts with HOT in plan order (L0:0, L0:1, L1:0), least recently used first.
+    # decode step 1 (pos 3): L0:0, L0:1 hit; L1:0 hits, L1:1 misses and evicts L0:0 -> 1 miss;
+    # step 2 (pos 4): L0:2, L0:3 miss (evict L0:1, L1:0), L1:0, L1:3 miss (evict L1:1, L0:2) -> 4 misses
+    t1 = 10 + 1 * 0.5 + 2 * 0.137
     t2 = 10 + 2 * 0.5 + 2 * 0.5 + 2 * 0.137
     assert rows[0]["decode_ms"] == pytest.approx(t1 + t2)
 
@@ -110,7 +111,7 @@ def test_simulate_tables_and_read_sessions(tmp_path) -> None:
     ses = read_sessions(tmp_path / "s.jsonl")
     assert ses[0][0] == "swe/a" and ses[0][1][1] == Request("tool", 1, 0)
     req, tot = simulate(ses, {"swe/a": _ids()}, 4, [ostinato(HOT), resident_native(HOT)], C, P)
-    assert len(req) == 4 and set(tot["engine"]) == {"ostinato", "resident-native"}
+    assert len(req) == 4 and set(tot["engine"]) == {"ostinato", "ostinato-native-prefill-overlap"}
     o = tot[tot.engine == "ostinato"].iloc[0]
     assert o["total_s"] * 1e3 == pytest.approx(req[req.engine == "ostinato"]["total_ms"].sum())
 
@@ -225,7 +226,7 @@ def test_validation_notebook_runs_under_papermill(tmp_path) -> None:
     sim = t[t["series"] == "simulated (paper-4x4090d)"].set_index("engine")
     assert sim.loc["ostinato", "total_rel"] == 1.0 and len(sim) == 5
     s = pd.read_csv(tmp_path / "s.csv").set_index("engine")["total_s"]
-    assert sim.loc["llama.cpp-layers", "total_rel"] == pytest.approx(s["llama-layers"] / s["ostinato"])
+    assert sim.loc["llama.cpp-layers", "total_rel"] == pytest.approx(s["llama.cpp-layers"] / s["ostinato"])
     paper = t[t["series"] == "paper"].set_index("engine")
     assert paper.loc["llama.cpp-layers", "total_rel"] == pytest.approx(11880.4 / 7119.0)
     abl = pd.read_csv(tmp_path / "tables/sim_validation_ablation.csv")
@@ -233,12 +234,12 @@ def test_validation_notebook_runs_under_papermill(tmp_path) -> None:
     r = pd.read_csv(tmp_path / "r.csv")
     f7 = pd.read_csv(tmp_path / "tables/sim_validation_fig7a.csv")
     assert list(f7["new_tokens"].unique()) == ["<128", "128-255", "256-511", "512-1023", ">=1024"]
-    lay = f7[(f7["simulated_reference"] == "llama-layers") & (f7["new_tokens"] == "<128")].iloc[0]
+    lay = f7[(f7["simulated_reference"] == "llama.cpp-layers") & (f7["new_tokens"] == "<128")].iloc[0]
     assert (lay["paper_change_low_pct"], lay["paper_change_high_pct"]) == (-25.2, -22.0)
-    big = f7[(f7["simulated_reference"] == "llama-layers") & (f7["new_tokens"] == ">=1024")].iloc[0]
+    big = f7[(f7["simulated_reference"] == "llama.cpp-layers") & (f7["new_tokens"] == ">=1024")].iloc[0]
     assert big["paper_change_low_pct"] == pytest.approx((3.87 / 3.78 - 1) * 100)
     tool = r[(r["kind"] == "tool") & (r["n_new"] < 128)].groupby("engine")["ttft_ms"].median()
-    assert lay["simulated_change_pct"] == pytest.approx((tool["ostinato"] / tool["llama-layers"] - 1) * 100)
+    assert lay["simulated_change_pct"] == pytest.approx((tool["ostinato"] / tool["llama.cpp-layers"] - 1) * 100)
     lt = pd.read_csv(tmp_path / "tables/sim_validation_limit.csv").set_index("engine")
     r = pd.read_csv(tmp_path / "r.csv")
     o = r[r["engine"] == "ostinato"]
@@ -273,8 +274,9 @@ def test_borrowed_slots_serve_next_steps_and_reset_before_prefill() -> None:
 
 def test_lru_one_cache_per_device() -> None:
     ids = np.zeros((4, 2, 1), dtype=np.int64)   # layers 0 and 1 both route expert 0
-    shared = simulate_session([Request("first", 1, 3)], ids, 2, llama_expert_cache(1), C, P)
-    per_dev = simulate_session([Request("first", 1, 3)], ids, 2, llama_expert_cache(1, np.array([0, 1])), C, P)
+    empty = np.zeros((2, 2), dtype=bool)
+    shared = simulate_session([Request("first", 1, 3)], ids, 2, llama_expert_cache(empty, slots=1), C, P)
+    per_dev = simulate_session([Request("first", 1, 3)], ids, 2, llama_expert_cache(empty, np.array([0, 1]), 1), C, P)
     # prefill (1 token <= cache_max_pass) fills the caches; shared: the two layers evict each other every time
     assert shared[0]["decode_ms"] == pytest.approx(2 * (10 + 2 * 0.5 + 2 * 0.137))
     assert per_dev[0]["decode_ms"] == pytest.approx(2 * (10 + 2 * 0.137))
@@ -292,7 +294,7 @@ def test_validation_tables_relative_to_ostinato_by_hand():
     from ostinato.sim import validation as V
 
     t3, t7 = _paper_frames()
-    ses = pd.DataFrame({"engine": ["ostinato", "llama-layers", "buun"], "session": ["s"] * 3,
+    ses = pd.DataFrame({"engine": ["ostinato", "llama.cpp-layers", "buun"], "session": ["s"] * 3,
                         "total_s": [10.0, 17.0, 11.0], "workload": ["SWE"] * 3})
     req = pd.DataFrame({"engine": ["ostinato", "ostinato", "buun", "buun"], "kind": ["tool", "first", "tool", "tool"],
                         "ttft_ms": [500.0, 9.0, 900.0, 1100.0], "tpot_ms": [20.0, 30.0, 25.0, 25.0],
@@ -311,7 +313,7 @@ def test_validation_ablation_fig7a_limit_and_intercepts_by_hand():
 
     t8 = pd.DataFrame({"panel": ["b", "b", "b"], "step": [1, 2, 5], "config": ["a", "b", "c"],
                        "total_s": [100.0, 80.0, 60.0]})
-    ses = pd.DataFrame({"engine": ["llama-layers", "ostinato"], "total_s": [10.0, 7.0], "workload": ["SWE"] * 2})
+    ses = pd.DataFrame({"engine": ["llama.cpp-layers", "ostinato"], "total_s": [10.0, 7.0], "workload": ["SWE"] * 2})
     abl = V.ablation_steps(ses, t8).set_index("step")
     assert abl.loc[5, "paper_rel_step1"] == pytest.approx(0.6) and abl.loc[5, "simulated_rel_step1"] == pytest.approx(0.7)
     assert np.isnan(abl.loc[2, "simulated_rel_step1"])  # no expert-cache policy simulated here
@@ -323,15 +325,15 @@ def test_validation_ablation_fig7a_limit_and_intercepts_by_hand():
                                                                                                "split path"],
                        "value": [np.nan, 1.63, 0.92, 3.2, 6.0], "value_low": [-25.2, np.nan, np.nan, np.nan, np.nan],
                        "value_high": [-22.0, np.nan, np.nan, np.nan, np.nan]})
-    req = pd.DataFrame({"engine": ["ostinato", "llama-layers"], "kind": ["tool", "tool"], "n_new": [200, 200],
+    req = pd.DataFrame({"engine": ["ostinato", "llama.cpp-layers"], "kind": ["tool", "tool"], "n_new": [200, 200],
                         "ttft_ms": [75.0, 100.0], "set": ["x", "x"], "session": ["s", "s"], "n_output": [11, 11],
                         "decode_ms": [50.0, 100.0]})
     f7a = V.fig7a_changes(req, f7)
-    row = f7a[(f7a["new_tokens"] == "128-255") & (f7a["simulated_reference"] == "llama-layers")].iloc[0]
+    row = f7a[(f7a["new_tokens"] == "128-255") & (f7a["simulated_reference"] == "llama.cpp-layers")].iloc[0]
     assert row["simulated_change_pct"] == pytest.approx(-25.0) and row["paper_change_low_pct"] == -25.2
     lim = V.decode_against_limit({"x": {"traces": [{"session": "s", "limit_ms_per_token": 2.0,
                                                     "min_read_twice_ms_per_token": 4.0}]}}, req).set_index("engine")
-    assert lim.loc["ostinato", "x_limit"] == pytest.approx(2.5) and lim.loc["llama-layers", "x_min_read_twice"] == 2.5
+    assert lim.loc["ostinato", "x_limit"] == pytest.approx(2.5) and lim.loc["llama.cpp-layers", "x_min_read_twice"] == 2.5
     icp = V.fig7b_intercepts(f7).set_index("engine")
     assert icp.loc["buun", "intercept_s"] == pytest.approx(1.63 - 0.768)
     assert icp.loc["ostinato", "intercept_s"] == pytest.approx(0.92 - 0.4096)

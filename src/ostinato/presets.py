@@ -83,15 +83,71 @@ def _ostinato_native_prefill(budget: ExpertBudget, plan: str | None, upload_min:
         f"{OP_OFFLOAD_MIN_BATCH} tokens)")
 
 
+# The largest pass llama.cpp's expert cache serves (the paper, Section 2).
+CACHE_MAX_PASS = 32
+# An Np no forward pass reaches: every cold route on the CPU in every pass (KTransformers' placement).
+NO_UPLOAD = 2**31 - 1
+
+
+def _expert_cache(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    """llama.cpp's expert cache as the paper describes it (ik_llama.cpp ports the same policy)."""
+    return EngineConfig(
+        "llama.cpp-expert-cache", "ostinato",
+        _plan_args("llama.cpp-expert-cache", plan) + ("--residency-policy", "lru",
+                                                      "--residency-cache-max-pass", str(CACHE_MAX_PASS)),
+        {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
+        f"(policy, implemented here) one LRU cache of experts per GPU pool, of the plan's size and first filled with "
+        f"its experts; passes of at most {CACHE_MAX_PASS} tokens upload each missing expert on demand and compute "
+        f"every route from the cache; larger passes compute every route on the CPU, and from "
+        f"{OP_OFFLOAD_MIN_BATCH} tokens upload the experts they use")
+
+
+def _buun(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    return EngineConfig(
+        "buun", "ostinato", _plan_args("buun", plan) + ("--residency-policy", "decay"),
+        {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)},
+        f"(policy, implemented here) a cache of the plan's size, warmed with its experts, that decode steps use "
+        f"(missing experts on the CPU) and that swaps experts by decaying access counts at token boundaries; "
+        f"prefill passes compute every route on the CPU, and from {OP_OFFLOAD_MIN_BATCH} tokens upload the experts "
+        f"they use")
+
+
+def _ktransformers(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    return EngineConfig(
+        "ktransformers-placement", "ostinato",
+        _plan_args("ktransformers-placement", plan) + ("--residency-upload-min", str(NO_UPLOAD)),
+        {}, "(policy, implemented here) KTransformers' default placement: the same number of each layer's most-routed "
+            "experts on the GPU (a uniform plan of the same pool bytes), every other route on the CPU in every "
+            "pass, no uploads")
+
+
 PRESETS = {
     "llama.cpp-layers": _layers,
     "llama.cpp-cpu-experts": _cpu_experts,
     "llama.cpp-gpu-experts": _gpu_experts,
     "ostinato": _ostinato,
     "ostinato-native-prefill": _ostinato_native_prefill,
+    "llama.cpp-expert-cache": _expert_cache,
+    "buun": _buun,
+    "ktransformers-placement": _ktransformers,
 }
-# presets that take the residency plan (and Np)
-PLAN_PRESETS = ("ostinato", "ostinato-native-prefill")
+# presets that take a residency plan, and the rule of `ostinato residency plan --rule` that makes it
+PLAN_RULES = {
+    "ostinato": "frequency",
+    "ostinato-native-prefill": "frequency",
+    "llama.cpp-expert-cache": "frequency",
+    "buun": "frequency",
+    "ktransformers-placement": "uniform",
+}
+PLAN_PRESETS = tuple(PLAN_RULES)
+# presets whose pools a baseline's policy manages: series and tables label them "(policy, implemented here)"
+POLICY_PRESETS = ("llama.cpp-expert-cache", "buun", "ktransformers-placement")
+POLICY_SUFFIX = " (policy, implemented here)"
+
+
+def display_name(engine: str) -> str:
+    """An engine's name in tables and figures: a baseline's policy on the engine's pools says so."""
+    return engine + POLICY_SUFFIX if engine in POLICY_PRESETS else engine
 
 
 def preset(name: str, budget: ExpertBudget, variant: str | None = None,
@@ -100,6 +156,7 @@ def preset(name: str, budget: ExpertBudget, variant: str | None = None,
     """The named configuration for this budget; `variant`, extra flags and environment override or add.
 
     `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato` only.
+    ik_llama.cpp ports llama.cpp's expert cache (the paper, Section 2): its policy is `llama.cpp-expert-cache`.
     """
     if name not in PRESETS:
         raise ValueError(f"engine preset {name!r}: expected one of {', '.join(PRESETS)}")

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ostinato.figures.runs import Runs
+from ostinato.presets import display_name
 from ostinato.figures.style import series_label
 from ostinato.replay.metrics import CompareConfig, bootstrap_saved, saved_share
 
@@ -21,11 +22,12 @@ KINDS = ("first", "tool", "user")
 WORKLOADS = ("SWE", "tau2")
 
 # the ablation step each engine or simulator policy stands for (the paper's Table 8b)
-# (the engine's `ostinato-native-prefill` is step 3: its two branches run in turn, as llama.cpp's scheduler orders them)
-ABLATION_STEP = {"llama.cpp-layers": 1, "llama.cpp-expert-cache": 2, "resident-native-inturn": 3,
-                 "ostinato-native-prefill": 3, "resident-native": 4, "ostinato": 5}
+# (`ostinato-native-prefill` is step 3: its two branches run in turn, in the engine as llama.cpp's scheduler orders
+# them and in the simulator's policy of the same name; the simulator's -overlap policy is step 4)
+ABLATION_STEP = {"llama.cpp-layers": 1, "llama.cpp-expert-cache": 2, display_name("llama.cpp-expert-cache"): 2,
+                 "ostinato-native-prefill": 3, "ostinato-native-prefill-overlap": 4, "ostinato": 5}
 # the configuration with native prefill and the one that adds the size-dependent prefill paths (Table 8a, steps 3 → 4)
-PREFILL_PATH_PAIRS = (("ostinato-native-prefill", "ostinato"), ("resident-native", "ostinato"))
+PREFILL_PATH_PAIRS = (("ostinato-native-prefill", "ostinato"), ("ostinato-native-prefill-overlap", "ostinato"))
 
 
 @dataclass(frozen=True)

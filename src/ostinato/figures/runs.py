@@ -17,6 +17,7 @@ import pandas as pd
 
 from ostinato.figures.style import series_label
 from ostinato.replay.metrics import as_bool, workload_of
+from ostinato.presets import display_name
 from ostinato.replay.results import tag_run
 
 SESSION_COLUMNS = ["series", "engine", "workload", "session", "ok", "total_s", "prefill_s", "decode_s"]
@@ -28,8 +29,8 @@ WORKLOAD_OF_SOURCE = {"swe-mini": "SWE", "swe-rebench": "SWE", "synthetic-swe": 
                       "synthetic-tau2": "tau2"}
 
 # simulator policy -> the paper's engine it stands for (ostinato.sim.policies); others keep the policy's name
-SIM_ENGINE = {"ostinato": "ostinato", "llama-layers": "llama.cpp-layers",
-              "llama-expert-cache": "llama.cpp-expert-cache", "buun": "buun", "static-uniform": "ktransformers"}
+SIM_ENGINE = {"ostinato": "ostinato", "llama.cpp-layers": "llama.cpp-layers",
+              "llama.cpp-expert-cache": "llama.cpp-expert-cache", "buun": "buun", "ktransformers-placement": "ktransformers"}
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ def load_measured(sessions_csv: str | Path | Iterable[str | Path], requests_csv:
                   machine: str = "", repeated_runs: bool = False) -> Runs:
     """Replays (`ostinato replay summarize` CSVs) as the series `measured (<machine>)`.
 
+    A baseline's policy implemented on the engine's pools is named `<preset> (policy, implemented here)`.
     Totals are the client's request times; prefill and decode the server's own timings, as the paper's Figure 6
     reports each engine's. `machine` defaults to the CSVs' `machine` column. With `repeated_runs`, the files are
     runs of the same sessions (in the same order in both lists) and each run's sessions count separately.
@@ -113,15 +115,15 @@ def load_measured(sessions_csv: str | Path | Iterable[str | Path], requests_csv:
     num = lambda df, c: pd.to_numeric(df[c], errors="coerce") if c in df else np.nan  # noqa: E731
     ok = as_bool(ses["session_ok"]) if "session_ok" in ses else pd.Series(True, index=ses.index)
     sessions = pd.DataFrame({
-        "series": label, "engine": ses["engine"].astype(str), "workload": ses["session"].astype(str).map(paper_workload),
-        "session": ses["session"].astype(str), "ok": ok & num(ses, "total_request_s").notna(),
+        "series": label, "engine": ses["engine"].astype(str).map(display_name),
+        "workload": ses["session"].astype(str).map(paper_workload), "session": ses["session"].astype(str), "ok": ok & num(ses, "total_request_s").notna(),
         "total_s": num(ses, "total_request_s"), "prefill_s": num(ses, "server_prefill_s"),
         "decode_s": num(ses, "server_decode_s")})
     if "ok" in req:
         req = req[as_bool(req["ok"])]
     requests = pd.DataFrame({
-        "series": label, "engine": req["engine"].astype(str), "workload": req["session"].astype(str).map(paper_workload),
-        "session": req["session"].astype(str), "turn": req["turn"].astype(int), "kind": req["kind"].astype(str),
+        "series": label, "engine": req["engine"].astype(str).map(display_name),
+        "workload": req["session"].astype(str).map(paper_workload), "session": req["session"].astype(str), "turn": req["turn"].astype(int), "kind": req["kind"].astype(str),
         "n_new": num(req, "n_new"), "n_output": num(req, "n_output"), "context": num(req, "n_prompt"),
         "ttft_s": num(req, "ttft_s"), "tpot_ms": num(req, "tpot_s") * 1e3})
     return Runs(sessions.reset_index(drop=True), requests.reset_index(drop=True))

@@ -13,6 +13,7 @@ matplotlib.use("Agg")  # figures are files; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from ostinato.presets import POLICY_SUFFIX, display_name
 from ostinato.series import SERIES_KINDS, SeriesKind, series_kind, series_label  # noqa: E402,F401
 
 # Fixed colours per engine so a variant looks the same in every figure.
@@ -26,6 +27,8 @@ ENGINE_COLORS: dict[str, str] = {
     "llama.cpp-layers": "#8c564b",
     "llama.cpp-expert-cache": "#ff7f0e",
     "llama.cpp-cpu-experts": "#bcbd22",
+    "ktransformers-placement": "#9467bd",
+    "ostinato-native-prefill": "#17becf",
 }
 _FALLBACK = sns.color_palette("colorblind", 10).as_hex()
 
@@ -46,16 +49,18 @@ RC: dict[str, object] = {
 
 
 def engine_label(engine: str, kind: SeriesKind, name: str | None = None) -> str:
-    """Return the legend entry of an engine's series, e.g. `ostinato, measured (h200)`."""
-    return f"{engine}, {series_label(kind, name)}"
+    """Return the legend entry of an engine's series, e.g. `ostinato, measured (h200)`; a measured baseline policy
+    implemented on the engine's pools says so (`buun (policy, implemented here), measured (h200)`)."""
+    return f"{display_name(engine) if kind == 'measured' else engine}, {series_label(kind, name)}"
 
 
 def engine_palette(engines: list[str]) -> dict[str, str]:
     """Return a colour per engine (fixed ones for known engines, then a colourblind palette)."""
     out, i = {}, 0
     for e in engines:
-        if e in ENGINE_COLORS:
-            out[e] = ENGINE_COLORS[e]
+        base = e.removesuffix(POLICY_SUFFIX)
+        if base in ENGINE_COLORS:
+            out[e] = ENGINE_COLORS[base]
         else:
             out[e] = _FALLBACK[i % len(_FALLBACK)]
             i += 1

@@ -18,30 +18,32 @@ from ostinato.sim import policies as pol
 from ostinato.sim.params import paper_illustrative
 from ostinato.sim.run import load_sim_params, read_sessions, routing_file, sim_params_dict, simulate
 
-POLICIES = ("ostinato", "resident-native", "resident-native-inturn", "static-uniform", "llama-layers",
-            "llama-expert-cache", "buun")
+# the engine presets' names (ostinato.presets); ostinato-native-prefill runs its branches in turn, as the engine's
+# preset does (the paper's ablation step 3), -overlap overlaps them (step 4)
+POLICIES = ("ostinato", "ostinato-native-prefill-overlap", "ostinato-native-prefill", "ktransformers-placement",
+            "llama.cpp-layers", "llama.cpp-expert-cache", "buun")
 
 
-def _policies(names: list[str], hot: np.ndarray, per_layer: int, gpu_layers: int, cache_slots: int,
+def _policies(names: list[str], hot: np.ndarray, per_layer: int, gpu_layers: int, cache_slots: int | None,
               layer_device: np.ndarray, borrowed: int = 0, decode_delta: float = 0.0) -> list:
     out = []
     n_layer = hot.shape[0]
     for n in names:
         if n == "ostinato":
             out.append(pol.ostinato(hot, borrowed, decode_delta))
-        elif n == "resident-native":
+        elif n == "ostinato-native-prefill-overlap":
             out.append(pol.resident_native(hot, True))
-        elif n == "resident-native-inturn":
+        elif n == "ostinato-native-prefill":
             out.append(pol.resident_native(hot, False))
-        elif n == "static-uniform":
+        elif n == "ktransformers-placement":
             out.append(pol.static_per_layer(_uniform(hot, per_layer)))
-        elif n == "llama-layers":
+        elif n == "llama.cpp-layers":
             g = np.zeros(n_layer, dtype=bool)
             if gpu_layers:
                 g[-gpu_layers:] = True       # --n-cpu-moe style: the first layers' experts stay on the CPU
             out.append(pol.llama_layers(g))
-        elif n == "llama-expert-cache":
-            out.append(pol.llama_expert_cache(cache_slots, layer_device))
+        elif n == "llama.cpp-expert-cache":
+            out.append(pol.llama_expert_cache(hot, layer_device, cache_slots))
         elif n == "buun":
             out.append(pol.buun(hot))
         else:
@@ -74,13 +76,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for j, ls in enumerate(plan.gpu_layers):
         layer_device[ls] = j
     layer_device = layer_device[layers]
-    n_gpu = max(len(plan.slots), 1)
-    slots = args.cache_slots if args.cache_slots is not None else -(-int(hot.sum()) // n_gpu)
+    slots = args.cache_slots
     gpu_layers = args.gpu_layers if args.gpu_layers is not None else int(hot.sum()) // plan.n_expert
     pols = _policies(names, hot, args.per_layer, gpu_layers, slots, layer_device, args.borrowed_slots,
                      args.ostinato_decode_delta_ms)
     if uni is not None:
-        pols = [pol.static_per_layer(uni) if x.name == "static-uniform" else x for x in pols]
+        pols = [pol.static_per_layer(uni) if x.name == "ktransformers-placement" else x for x in pols]
     sessions = read_sessions(args.sessions or Path(args.routing_dir) / "manifest.json")
     if args.select:
         sessions = sessions[: args.select]
@@ -113,10 +114,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--model", default="deepseek-v4-flash")
     r.add_argument("--sim-params", help="YAML of SimParams fields (default: the illustrative paper constants)")
     r.add_argument("--policies", default=",".join(POLICIES))
-    r.add_argument("--per-layer", type=int, default=58, help="experts per layer of static-uniform")
-    r.add_argument("--uniform-from-profile", help="routing profile ranking static-uniform's experts")
-    r.add_argument("--gpu-layers", type=int, help="whole MoE layers on the GPU for llama-layers")
-    r.add_argument("--cache-slots", type=int, help="LRU expert-cache slots per GPU (default: the plan's, evenly)")
+    r.add_argument("--per-layer", type=int, default=58, help="experts per layer of ktransformers-placement")
+    r.add_argument("--uniform-from-profile", help="routing profile ranking ktransformers-placement's experts")
+    r.add_argument("--gpu-layers", type=int, help="whole MoE layers on the GPU for llama.cpp-layers")
+    r.add_argument("--cache-slots", type=int, help="slots of each GPU's LRU cache (llama.cpp-expert-cache; default: "
+                   "the plan's experts on that GPU, which also fill it first)")
     r.add_argument("--borrowed-slots", type=int, default=0, help="Ostinato's borrowed decode slots (one pool)")
     r.add_argument("--ostinato-decode-delta-ms", type=float, default=0.0,
                    help="per-step offset of Ostinato's decode (e.g. the decode graph's saving)")

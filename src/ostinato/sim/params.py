@@ -24,6 +24,7 @@ class SimParams:
     checkpoint_tail: int = 0        # llama.cpp context checkpoints: last tokens of a request prefilled separately
     buun_decay: float = 0.95        # decaying-count cache: score decay per decode step
     buun_hysteresis: float = 0.25   # a newcomer replaces the lowest-scored expert when it scores this much higher
+    buun_admit: int = 1             # decaying-count cache: swaps per token boundary (the engine's --residency-admit)
     bg_admit_ms: float = 0.0        # GPU wait per background admission (borrowed memory, buun)
     max_upload_backlog: float = 8.0  # background upload budget that can accumulate (experts)
     reprefill_output: bool = False  # no KV reuse of outputs: each request also prefills the previous output

@@ -12,9 +12,10 @@ class Policy:
     """One engine configuration.
 
     residency: "static" (hot mask fixed for the run), "layers" (whole MoE layers on the GPU, given by
-    gpu_layers), "lru" (an LRU expert cache of cache_slots shared by the layers, serving passes <= cache_max_pass
-    tokens, uploading misses) or "decay" (buun: decaying-count cache for decode only, warmed with `hot`,
-    misses on the CPU, admissions in the background).
+    gpu_layers), "lru" (an LRU expert cache per device shared by its layers, filled with `hot` and as large, or
+    cache_slots, serving passes <= cache_max_pass tokens, uploading misses) or "decay" (buun: decaying-count cache
+    for decode only, warmed with `hot`, misses on the CPU, swaps at token boundaries). The dynamic ones follow the
+    engine's rules (ostinato.residency.caches). Names are the engine presets' (ostinato.presets).
     prefill: "paths" (split below Np, upload at or above), "native" (all cold routes on the CPU below Np, upload of
     the distinct cold experts at or above: the resident experts are ignored by passes > cache_max_pass).
     decode_overlap: CPU and GPU branches concurrently (max(C, G)) or in turn (C + G).
@@ -26,10 +27,11 @@ class Policy:
     decode_overlap: bool
     hot: np.ndarray | None = None           # bool [n_layer, n_expert] (static, decay warm start)
     gpu_layers: np.ndarray | None = None    # bool [n_layer] (layers)
-    cache_slots: int = 0                    # lru: slots per cache
+    cache_slots: int | None = None          # lru: slots per cache (None: the experts of `hot` on its device)
     layer_device: np.ndarray | None = None  # lru: device of each layer (one cache per device); None: one cache
     borrowed_slots: int = 0                 # static: one pool of decode-only slots, filled by decaying scores
     decode_delta_ms: float = 0.0            # per-step offset (e.g. the decode graph's saving, Table 8c)
+    no_upload: bool = False                 # every cold route on the CPU in every pass, however large
 
 
 def ostinato(hot: np.ndarray, borrowed_slots: int = 0, decode_delta_ms: float = 0.0) -> Policy:
@@ -39,23 +41,25 @@ def ostinato(hot: np.ndarray, borrowed_slots: int = 0, decode_delta_ms: float = 
 
 
 def resident_native(hot: np.ndarray, overlap: bool = True) -> Policy:
-    """Ablation: resident experts for decode, llama.cpp's native prefill."""
-    return Policy("resident-native" + ("" if overlap else "-inturn"), "static", "native", overlap, hot=hot)
+    """Ablation: resident experts for decode, llama.cpp's native prefill (the branches overlapped, or in turn)."""
+    return Policy("ostinato-native-prefill" + ("-overlap" if overlap else ""), "static", "native", overlap, hot=hot)
 
 
 def static_per_layer(hot: np.ndarray) -> Policy:
-    """A static uniform per-layer split (KTransformers' default placement) with split/upload prefill and overlap."""
-    return Policy("static-uniform", "static", "paths", True, hot=hot)
+    """A static uniform per-layer split (KTransformers' default placement): every cold route on the CPU in every pass
+    (no uploads), the branches overlapped in decode."""
+    return Policy("ktransformers-placement", "static", "paths", True, hot=hot, no_upload=True)
 
 
 def llama_layers(gpu_layers: np.ndarray) -> Policy:
     """llama.cpp layer placement: whole MoE layers on the GPU; passes >= Np upload the CPU layers' experts."""
-    return Policy("llama-layers", "layers", "native", False, gpu_layers=np.asarray(gpu_layers, dtype=bool))
+    return Policy("llama.cpp-layers", "layers", "native", False, gpu_layers=np.asarray(gpu_layers, dtype=bool))
 
 
-def llama_expert_cache(slots: int, layer_device: np.ndarray | None = None) -> Policy:
-    """llama.cpp expert cache: LRU shared by the layers of each device, passes <= 32 tokens, misses uploaded."""
-    return Policy("llama-expert-cache", "lru", "native", False, cache_slots=slots,
+def llama_expert_cache(hot: np.ndarray, layer_device: np.ndarray | None = None, slots: int | None = None) -> Policy:
+    """llama.cpp expert cache: LRU shared by the layers of each device, filled with `hot`, passes <= 32 tokens,
+    misses uploaded."""
+    return Policy("llama.cpp-expert-cache", "lru", "native", False, hot=hot, cache_slots=slots,
                   layer_device=None if layer_device is None else np.asarray(layer_device))
 
 

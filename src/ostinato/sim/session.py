@@ -8,12 +8,12 @@ n_output - 1 decode steps each feed one output token (TPOT = decode / (n_output 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from ostinato.costmodel.decode import LayerCosts, cold_routes
+from ostinato.residency.caches import DecayCache, LruCache
 from ostinato.sim.params import SimParams
 from ostinato.sim.policies import Policy
 
@@ -45,13 +45,23 @@ def _distinct(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 class _State:
-    """Mutable cache state of one run (dynamic policies)."""
+    """Mutable cache state of one run (dynamic policies): the engine's own rules (ostinato.residency.caches)."""
 
-    def __init__(self, pol: Policy, n_layer: int, n_expert: int) -> None:
+    def __init__(self, pol: Policy, n_layer: int, n_expert: int, p: SimParams) -> None:
         self.hot = np.zeros((n_layer, n_expert), dtype=bool) if pol.hot is None else pol.hot.copy()
         if pol.residency == "layers":
             self.hot[:] = np.asarray(pol.gpu_layers)[:, None]
-        self.lru: dict[int, OrderedDict[int, None]] = {}
+        self.lru: dict[int, LruCache] = {}
+        if pol.residency == "lru":
+            # one cache per device, filled with the plan's experts in plan order (layer, then expert), as the engine
+            dev = np.zeros(n_layer, dtype=int) if pol.layer_device is None else np.asarray(pol.layer_device)
+            for d in sorted(set(dev.tolist())):
+                warm = [(int(l), int(e)) for l, e in np.argwhere(self.hot & (dev == d)[:, None])]
+                slots = len(warm) if pol.cache_slots is None else pol.cache_slots
+                self.lru[d] = LruCache(slots, warm[len(warm) - min(slots, len(warm)):])
+            self.layer_device = dev
+        self.decay = (DecayCache(self.hot, p.buun_decay, p.buun_hysteresis, p.buun_admit)
+                      if pol.residency == "decay" else None)
         self.score = self.hot.astype(float) * 1.0
         self.borrowed = np.zeros((n_layer, n_expert), dtype=bool)
         self.admissions = 0
@@ -70,7 +80,7 @@ def _prefill_pass_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p:
     hot = st.hot if uses_hot else np.zeros_like(st.hot)
     r = cold_routes(ids, hot).sum(axis=0)
     routes = n * k
-    if n >= p.upload_min:
+    if n >= p.upload_min and not pol.no_upload:
         u = _distinct(ids, ~hot)
         return (base + (p.upload_pass_ms if u.sum() else 0.0)
                 + float(np.sum(p.upload_expert_ms * u + p.gpu_route_ms * routes)))
@@ -81,22 +91,10 @@ def _prefill_pass_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p:
 def _lru_pass_ms(ids: np.ndarray, st: _State, pol: Policy, c: LayerCosts, p: SimParams, decode: bool) -> float:
     """LRU expert cache on a pass <= cache_max_pass tokens: misses uploaded into the cache, all on the GPU."""
     n, n_layer, k = ids.shape
-    n_expert = st.hot.shape[1]
     t = 0.0
     for il in range(n_layer):
-        misses = 0
-        dev = 0 if pol.layer_device is None else int(pol.layer_device[il])
-        lru = st.lru.setdefault(dev, OrderedDict())
-        for e in dict.fromkeys(ids[:, il, :].reshape(-1).tolist()):
-            key = il * n_expert + e
-            if key in lru:
-                lru.move_to_end(key)
-                continue
-            misses += 1
-            if pol.cache_slots > 0:
-                if len(lru) >= pol.cache_slots:
-                    lru.popitem(last=False)
-                lru[key] = None
+        experts = list(dict.fromkeys(ids[:, il, :].reshape(-1).tolist()))
+        misses = st.lru[int(st.layer_device[il])].serve(il, experts).misses
         t += ((p.upload_pass_ms if misses else 0.0) + p.upload_expert_ms * misses
               + (c.gpu[il] if decode else p.gpu_route_ms * n * k))
     return t
@@ -126,35 +124,21 @@ def _decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p: SimPa
 
 
 def _decay_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p: SimParams) -> np.ndarray:
-    """buun: misses on the CPU (overlapped), scores decay per step, one background admission per layer and step."""
+    """buun: misses on the CPU (overlapped), swaps by decaying access counts at each token boundary (DecayCache),
+    each admission a GPU wait of bg_admit_ms."""
     n_step, n_layer, k = ids.shape
     out = np.empty(n_step)
-    lay = np.repeat(np.arange(n_layer), k)
+    dc = st.decay
     for i in range(n_step):
         row = ids[i]
-        r = (~st.hot[np.arange(n_layer)[:, None], row]).sum(axis=1)
+        swapped = dc.boundary()
+        for il in range(n_layer):
+            dc.record(il, list(dict.fromkeys(row[il].tolist())), il in swapped)
+        r = (~dc.resident[np.arange(n_layer)[:, None], row]).sum(axis=1)
         cpu = c.cpu(r)
         t = np.maximum(cpu, c.gpu) if pol.decode_overlap else cpu + c.gpu
-        st.score *= p.buun_decay
-        np.add.at(st.score, (lay, row.reshape(-1)), 1.0)
-        cand_score = np.where(st.hot[np.arange(n_layer)[:, None], row], -np.inf, st.score[np.arange(n_layer)[:, None], row])
-        best = cand_score.argmax(axis=1)
-        best_score = cand_score[np.arange(n_layer), best]
-        min_cached = np.where(st.hot, st.score, np.inf)
-        victim = min_cached.argmin(axis=1)
-        vscore = min_cached[np.arange(n_layer), victim]
-        swap = np.isfinite(best_score) & np.isfinite(vscore) & (best_score > vscore * (1 + p.buun_hysteresis))
-        step = p.decode_other_ms + pol.decode_delta_ms + float(t.sum())
-        _accrue_uploads(st, step, p)
-        n_ok = min(int(swap.sum()), int(st.upload_budget))
-        st.upload_budget -= n_ok
-        if n_ok:
-            gain = np.where(swap, best_score - vscore, -np.inf)
-            ls = np.argsort(-gain, kind="stable")[:n_ok]
-            st.hot[ls, victim[ls]] = False
-            st.hot[ls, row[ls, best[ls]]] = True
-            st.admissions += n_ok
-        out[i] = step + p.bg_admit_ms * n_ok
+        st.admissions += len(swapped)
+        out[i] = p.decode_other_ms + pol.decode_delta_ms + float(t.sum()) + p.bg_admit_ms * len(swapped)
     return out
 
 
@@ -210,7 +194,7 @@ def simulate_session(requests: list[Request], ids: np.ndarray, n_expert: int, po
     if ids.shape[0] < need:
         raise ValueError(f"routing covers {ids.shape[0]} positions, the session needs {need}")
     ids = np.asarray(ids, dtype=np.int64)
-    st = _State(pol, ids.shape[1], n_expert)
+    st = _State(pol, ids.shape[1], n_expert, p)
     rows, pos, prev_out = [], 0, 0
     for q in requests:
         st.borrowed[:] = False          # borrowed memory is returned before each prefill

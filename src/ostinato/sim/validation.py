@@ -15,10 +15,10 @@ import pandas as pd
 from ostinato.series import series_label
 
 # simulator policy -> the paper's engine it stands for
-PAPER_ENGINE = {"ostinato": "ostinato", "llama-layers": "llama.cpp-layers", "llama-expert-cache": "llama.cpp-expert-cache",
-                "buun": "buun", "static-uniform": "ktransformers"}
+PAPER_ENGINE = {"ostinato": "ostinato", "llama.cpp-layers": "llama.cpp-layers", "llama.cpp-expert-cache": "llama.cpp-expert-cache",
+                "buun": "buun", "ktransformers-placement": "ktransformers"}
 # Table 8b's steps and the simulator policy that models each
-STEP_POLICY = {1: "llama-layers", 2: "llama-expert-cache", 3: "resident-native-inturn", 4: "resident-native",
+STEP_POLICY = {1: "llama.cpp-layers", 2: "llama.cpp-expert-cache", 3: "ostinato-native-prefill", 4: "ostinato-native-prefill-overlap",
                5: "ostinato"}
 # Figure 7a's bins of new tokens (tool-output turns)
 BINS = [(0, 128, "<128"), (128, 256, "128-255"), (256, 512, "256-511"), (512, 1024, "512-1023"),
@@ -88,8 +88,8 @@ def ablation_steps(ses: pd.DataFrame, table8: pd.DataFrame) -> pd.DataFrame:
         pol = STEP_POLICY[int(r["step"])]
         rows.append({"step": int(r["step"]), "config": r["config"], "policy": pol,
                      "paper_rel_step1": r["total_s"] / base,
-                     "simulated_rel_step1": (sim_tot[pol] / sim_tot["llama-layers"])
-                     if pol in sim_tot.index and "llama-layers" in sim_tot.index else np.nan})
+                     "simulated_rel_step1": (sim_tot[pol] / sim_tot["llama.cpp-layers"])
+                     if pol in sim_tot.index and "llama.cpp-layers" in sim_tot.index else np.nan})
     return pd.DataFrame(rows)
 
 
@@ -121,7 +121,7 @@ def fig7a_changes(req: pd.DataFrame, figure7: pd.DataFrame) -> pd.DataFrame:
         b = tool[(tool["n_new"] >= lo) & (tool["n_new"] < hi)]
         med = b.groupby("engine")["ttft_ms"].median()
         n_turns = int((b["engine"] == "ostinato").sum())
-        for ref, sims in (("llama.cpp-layers", ["llama-layers"]), ("expert caches", ["llama-expert-cache", "buun"])):
+        for ref, sims in (("llama.cpp-layers", ["llama.cpp-layers"]), ("expert caches", ["llama.cpp-expert-cache", "buun"])):
             plo, phi = paper_fig7a_range(figure7, ref, label)
             for sim_ref in sims:
                 ch = (med.get("ostinato", np.nan) / med.get(sim_ref, np.nan) - 1) * 100

@@ -11,7 +11,7 @@ from pathlib import Path
 from ostinato.args import int_list
 from ostinato.atomic import atomic_open
 from ostinato.models.gguf_shape import moe_shape_from_gguf
-from ostinato.presets import RESIDENT_SHARE, UPLOAD_MIN, preset
+from ostinato.presets import PLAN_RULES, RESIDENT_SHARE, UPLOAD_MIN, preset
 from ostinato.residency.budget import expert_budget_from_shape, plan_for_budget, share_budget
 from ostinato.residency.planfile import write_plan
 from ostinato.residency.profile import profile_from_traces
@@ -19,7 +19,7 @@ from ostinato.routing.generator import PROFILES, write_session_trace
 from ostinato.routing.layout import RequestSpan, SessionLayout
 from ostinato.routing.shapes import custom_shape
 from ostinato.routing.trace import read_trace
-from ostinato.sweep.cold import cold_per_token_layer, whole_layer_hot
+from ostinato.sweep.cold import cold_routes_of
 from ostinato.sweep.prefill import BenchPlan, EngineRun, run_engine, summarize, write_rows, write_summary
 
 
@@ -51,21 +51,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     trace = read_trace(bench_trace)
 
     # equal GPU memory for experts: a share of all routed-expert bytes, filled by the development profile's experts
+    # (by frequency for ostinato and the caches, the same count per layer for ktransformers-placement)
     budget = share_budget(expert_budget_from_shape(shape, None), args.resident_share)
-    plan_path = out / "plan.json"
-    pf, pl = plan_for_budget(profile_from_traces(dev_paths), shape, budget.budget_bytes)
-    write_plan(plan_path, pf)
+    dev = profile_from_traces(dev_paths)
+    plans = {}
+    for rule in sorted(set(PLAN_RULES.values())):
+        path = out / ("plan.json" if rule == "frequency" else f"plan-{rule}.json")
+        pf, pl = plan_for_budget(dev, shape, budget.budget_bytes, rule)
+        write_plan(path, pf)
+        plans[rule] = (path, pl.hot)
 
-    # cold routes per token and layer under each placement, on the benchmark's prefill and decode positions
-    moe = shape.moe_layers()
-    n_gpu_layers = budget.layers_on_gpu()
-    placements = {"ostinato": pl.hot, "llama.cpp-layers": whole_layer_hot(shape.n_layer, shape.n_expert, moe[len(moe) - n_gpu_layers:]),
-                  "llama.cpp-cpu-experts": whole_layer_hot(shape.n_layer, shape.n_expert, [])}
+    # cold routes per token and layer (Figure 7c) in the benchmark's prefills and decode steps: the routes each engine
+    # computes on the CPU (for llama.cpp-expert-cache in decode: the misses it uploads)
+    names = args.engines.split(",")
     lo_p, hi_p = plan.prefix, plan.prefix + max(plan.sizes)
-    cold = {name: {"prefill": cold_per_token_layer(trace, hot, lo_p, hi_p),
-                   "decode": cold_per_token_layer(trace, hot, hi_p, hi_p + plan.n_decode),
-                   "resident_experts": int(hot.sum())}
-            for name, hot in placements.items()}
+    cold = {name: cold_routes_of(name, trace, shape, budget.layers_on_gpu(), plans, (lo_p, hi_p),
+                                 (hi_p, hi_p + plan.n_decode)) for name in dict.fromkeys(
+                ["ostinato", "llama.cpp-layers", "llama.cpp-cpu-experts", *names])}
     with atomic_open(out / "cold.json", "w") as f:
         f.write(json.dumps({"k": shape.n_expert_used, "budget_bytes": budget.budget_bytes, "placements": cold}, indent=2) + "\n")
 
@@ -74,8 +76,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
               "-fit", "off", "-lv", "4", *args.server_arg]
     rows = []
     for name in args.engines.split(","):
-        if name == "ostinato":
-            cfg = preset("ostinato", budget, plan=str(plan_path), upload_min=args.upload_min)
+        if name in PLAN_RULES:
+            cfg = preset(name, budget, plan=str(plans[PLAN_RULES[name]][0]), upload_min=args.upload_min)
         else:
             cfg = preset(name, budget)
         run = EngineRun(cfg, bins / cfg.variant / "bin" / "llama-server", tuple(common))
