@@ -196,7 +196,7 @@ def test_capacity_budget_sizes_the_pool_and_every_preset(tmp_path):
     cfg["replay"]["residency"]["budget"] = "capacity"
     path = tmp_path / "capacity.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = _snakemake("results/replay/swe-few/llama.cpp-layers.sessions.csv", "results/residency/replay/tiny-v4.plan.json",
+    proc = _snakemake("results/replay/swe-few/llama.cpp-layers.sessions.csv", "results/residency/replay/tiny-v4.frequency.plan.json",
                       "-n", "-p", "--forceall", "--cores", "1", "--configfile", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "--capacity results/residency/memory/tiny-v4.capacity.json" in proc.stdout

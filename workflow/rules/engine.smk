@@ -20,7 +20,8 @@ rule build_engine:
     params:
         backend=BACKEND.name,
         cuda_arch=f"--cuda-arch {config['engine']['cuda_arch']}" if config["engine"]["cuda_arch"] else "",
-        sdist=f"--sdist {config['engine']['sdist']}" if config["engine"]["sdist"] else "",
+        sdist=(f"--source-tarball {config['engine']['source_tarball']}" if config["engine"]["source_tarball"] else
+               f"--sdist {config['engine']['sdist']}" if config["engine"]["sdist"] else ""),
         jobs=lambda wildcards, threads: config["engine"]["jobs"] or threads,
         variants=",".join(PIPELINE_VARIANTS),
     shell:

@@ -1,7 +1,8 @@
 # Stage residency: routing profiles (route counts per layer and expert) → memory model and capacity test → the
 # frequency-ranked residency plan (Prop 3.1) with its summary. Two plans: the one of the `residency` config section
-# on synthetic traces (the simulator's), and the one the `ostinato` engine loads in the replay, planned from the
-# routing the stock engine records on the development sessions (`replay.residency`).
+# on synthetic traces (the simulator's), and the ones the replayed engines with pools load, planned from the
+# routing the stock engine records on the development sessions (`replay.residency`): by frequency (`ostinato`, the
+# caches) or uniformly per layer (`ktransformers-placement`).
 
 
 rule profile_routing:
@@ -114,23 +115,25 @@ rule plan_replay_residency:
         tree=f"{ENGINE_DIR}/stock/manifest.json",
         capacity=lambda w: replay_capacity() or [],
     output:
-        plan="results/residency/replay/{model}.plan.json",
-        summary="results/residency/replay/{model}.summary.json",
+        plan="results/residency/replay/{model}.{rule}.plan.json",
+        summary="results/residency/replay/{model}.{rule}.summary.json",
     log:
-        "results/residency/replay/{model}.log",
+        "results/residency/replay/{model}.{rule}.log",
     benchmark:
-        "results/residency/replay/{model}.benchmark.tsv"
+        "results/residency/replay/{model}.{rule}.benchmark.tsv"
     conda:
         "../../environment.yml"
     wildcard_constraints:
         model=name_pattern([REPLAY_MODEL]),
+        rule="frequency|uniform",
     params:
         size=lambda w, input: (f"--capacity {input.capacity}" if input.capacity else
                                f"--resident-share {REPLAY_RESIDENCY['resident_share']}"),
         tree=f"{ENGINE_DIR}/tree",
     shell:
         "ostinato residency plan --profile {input.profile} --gguf {input.model} --llama-tree {params.tree} "
-        "{params.size} --model-name {wildcards.model} --out {output.plan} --summary {output.summary} > {log} 2>&1"
+        "{params.size} --rule {wildcards.rule} --model-name {wildcards.model} --out {output.plan} "
+        "--summary {output.summary} > {log} 2>&1"
 
 
 rule check_memory_model:

@@ -1,5 +1,5 @@
 # Helpers of stage replay (its rules: workflow/rules/replay.smk).
-from ostinato.presets import PLAN_PRESETS
+from ostinato.presets import PLAN_PRESETS, PLAN_RULES
 
 REPLAY = config["replay"]
 
@@ -112,7 +112,7 @@ def replay_inputs(wildcards):
     if REPLAY["routing_force"]:
         inputs["routing"] = f"results/routing/{wildcards.set}"
     if e.get("preset") in PLAN_PRESETS:
-        inputs["plan"] = f"results/residency/replay/{REPLAY['model']}.plan.json"
+        inputs["plan"] = f"results/residency/replay/{REPLAY['model']}.{PLAN_RULES[e['preset']]}.plan.json"
     if e.get("preset") and replay_capacity():
         inputs["capacity"] = replay_capacity()
     return inputs

@@ -8,7 +8,7 @@ def sim_workload(name):
 
 
 def sim_opts(input):
-    """`ostinato sim run` options: profile, model, policies, static-uniform experts per layer, simulator constants."""
+    """`ostinato sim run` options: profile, model, policies, ktransformers-placement experts per layer, simulator constants."""
     opts = [f"--profile {SIM['profile']}", f"--model {SIM['model']}", f"--policies {','.join(SIM['policies'])}",
             f"--per-layer {SIM['per_layer']}"]
     if SIM["params"]:
