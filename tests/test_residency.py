@@ -79,8 +79,9 @@ def test_capacity_test_hand_case() -> None:
 
 
 def test_longest_request_tokens(tmp_path) -> None:
-    lines = [{"session": "a", "requests": [{"n_new": 100, "n_output": 10}, {"n_new": 5, "n_output": 50}]},
-             {"session": "b", "requests": [{"n_new": 150, "n_output": 1}]}]
+    lines = [{"session": "a", "requests": [{"kind": "first", "n_new": 100, "n_output": 10},
+                                           {"kind": "tool", "n_new": 5, "n_output": 50}]},
+             {"session": "b", "requests": [{"kind": "first", "n_new": 150, "n_output": 1}]}]
     (tmp_path / "s.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert longest_request_tokens(tmp_path / "s.jsonl") == 165
 

@@ -176,13 +176,12 @@ def load_memory_model(path: str | os.PathLike) -> MemoryModel:
 
 def longest_request_tokens(sessions_jsonl: str | os.PathLike) -> int:
     """Most tokens any request of a sessions file holds in the KV cache: earlier turns + new + output tokens."""
+    from ostinato.sessions.model import iter_session_counts
+
     best = 0
-    with open(sessions_jsonl, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            ctx = 0
-            for r in json.loads(line)["requests"]:
-                best = max(best, ctx + int(r["n_new"]) + int(r["n_output"]))
-                ctx += int(r["n_new"]) + int(r["n_output"])
+    for _, counts in iter_session_counts(sessions_jsonl):
+        ctx = 0
+        for _, n_new, n_output in counts:
+            best = max(best, ctx + n_new + n_output)
+            ctx += n_new + n_output
     return best
