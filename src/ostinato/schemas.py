@@ -56,6 +56,15 @@ def validator(package: str, name: str):
     return cls(schema)
 
 
+def json_type(x: object) -> str:
+    """The JSON type name of a parsed value."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "boolean"
+    return {int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(type(x), type(x).__name__)
+
+
 def key_path(path) -> str:
     """A JSON location as the error messages write it: `gpus[1].slots[0]` (empty for the document itself)."""
     out = ""
@@ -72,6 +81,9 @@ def first_error(package: str, name: str, doc: object) -> str | None:
     if err is None:
         return None
     message = err.message
+    if err.validator == "type":
+        wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+        message = f"expected {' or '.join(map(str, wanted))}, got {json_type(err.instance)} {_short(err.instance, 40)}"
     alternatives = err.validator_value if err.validator in ("anyOf", "oneOf") else None
     if alternatives and all(isinstance(a, dict) and a.get("required") for a in alternatives):
         message = "expected the keys " + " or ".join(", ".join(a["required"]) for a in alternatives)
