@@ -40,7 +40,7 @@ def _tool_call(call: object, path: Path, sid: str, index: int) -> dict:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             pass  # keep the recorded string
     return {"name": fn["name"], "arguments": args}
 
@@ -81,9 +81,9 @@ def rebench_session(row: object, path: Path, index: int) -> Session:
     raw = row.get("trajectory")
     if isinstance(raw, str):  # some exports keep the list as a JSON string
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise malformed(path, sid, f"'trajectory' is a string but not JSON ({exc})") from exc
+            raw = parse_json(raw, "'trajectory'", "a JSON list of messages")
+        except InputError as exc:
+            raise malformed(path, sid, f"a string but not JSON: {exc}") from None
     raw = check_messages(raw, path, sid, ROLES)
     requests = split_requests(_messages(raw, path, sid),
                               kind_after=lambda m: "user" if m.role == "user" else "tool")
