@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
+
+from ostinato.errors import InputError
+from ostinato.inputs import load_json
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,6 @@ def read_layouts(path: str | os.PathLike, select: int = 0) -> list[SessionLayout
 def read_manifest_layouts(path: str | os.PathLike) -> tuple[list[SessionLayout], dict]:
     """The layouts of a trace directory's manifest.json (`ostinato routing generate`) and the manifest itself; each
     entry's `n_pos` must be its layout's, so a trace is held to the positions its manifest states."""
-    from ostinato.errors import InputError
-    from ostinato.inputs import load_json
-
     man = load_json(path, "a routing manifest (`ostinato routing generate`)")
     entries = man.get("sessions") if isinstance(man, dict) else None
     if not isinstance(entries, list) or not entries:
