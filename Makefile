@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine (Python 3.11+, git, a C++ toolchain, cmake):
 #   make reproduce   the pipeline on config/config.yaml (engine build, models, sessions, replay, figures)
 #   make test        the test suite (builds the engine CPU-only once, cached in build/)
-#   make test-fast   the tests that need neither the engine build nor papermill nor snakemake (seconds)
+#   make test-fast   the tests that need neither the engine build nor papermill nor snakemake (under a minute)
 
 PYTHON ?= python3
 VENV   := .venv

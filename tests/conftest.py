@@ -19,11 +19,16 @@ ENGINE_OUT = REPO / "build" / "engine" / BACKEND
 MODEL_CACHE = REPO / "build" / "test-models"
 
 
+# Fixtures that build the engine: `engine_variants`, and the modules' fixtures that ask for it through
+# `request.getfixturevalue` (unless an environment variable names a prebuilt one), which pytest cannot see statically.
+ENGINE_FIXTURES = frozenset({"engine_variants", "llama_server_paths", "tree"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `slow` every test that needs the engine build (it is built once, minutes on 2 cores), and skip the
     tests marked `gpu` unless the suite runs on the CUDA build (OSTINATO_ENGINE_BACKEND=cuda, on a GPU machine)."""
     for item in items:
-        if "engine_variants" in getattr(item, "fixturenames", ()):
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("gpu") and BACKEND != "cuda":
             item.add_marker(pytest.mark.skip(reason="needs a GPU and the CUDA build (OSTINATO_ENGINE_BACKEND=cuda)"))

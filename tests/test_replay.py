@@ -272,13 +272,14 @@ def test_killed_runner_process_resumes_via_cli(fake_bin, fake_model, tmp_path):
 
 
 def test_server_crash_fails_session_and_next_session_continues(fake_bin, fake_model, tmp_path):
+    """Without retries (`max_retries=0`) a crash fails the session, and the next runs on the restarted server."""
     sessions = make_sessions(3, 2)
     # completion 1 is the warm-up, 2 and 3 are session 0: the server dies during session 0, turn 1
     cfg = fake_config(fake_bin, fake_model, tmp_path, FAKE_DIE_AT="3", FAKE_DIE_MARKER=str(tmp_path / "died"))
     with LlamaServer(cfg) as server:
-        summary = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False))
+        summary = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False, max_retries=0))
         assert server.n_starts == 2
-    assert summary.restarts == 1 and summary.done == ["test/s1", "test/s2"]
+    assert summary.restarts == 1 and summary.done == ["test/s1", "test/s2"] and not summary.retried
     assert "server exited with code 3" in summary.failed["test/s0"]
     store = ResultStore(tmp_path / "out" / "stock")
     assert store.status("test/s0") == "failed"
@@ -292,6 +293,39 @@ def test_server_crash_fails_session_and_next_session_continues(fake_bin, fake_mo
         assert again.skipped == ["test/s0", "test/s1", "test/s2"]
         retried = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False, retry_failed=True))
     assert retried.done == ["test/s0"] and store.status("test/s0") == "ok"
+
+
+def test_server_crash_replays_the_session_on_the_restarted_server(fake_bin, fake_model, tmp_path):
+    """With retries (the default, 2) the crashed session is replayed again from its first request on the restarted
+    server: every record of it comes from that attempt and that start, once each."""
+    sessions = make_sessions(3, 2)
+    cfg = fake_config(fake_bin, fake_model, tmp_path, FAKE_DIE_AT="3", FAKE_DIE_MARKER=str(tmp_path / "died"))
+    with LlamaServer(cfg) as server:
+        summary = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False))
+    assert summary.done == ["test/s0", "test/s1", "test/s2"] and not summary.failed
+    assert summary.restarts == 1 and summary.retried == {"test/s0": 1}
+    recs = list(ResultStore(tmp_path / "out" / "stock").iter_records())
+    assert sorted((r["session"], r["turn"]) for r in recs) == [(s.session_id, t) for s in sessions for t in range(2)]
+    s0 = [r for r in recs if r["session"] == "test/s0"]
+    assert all(r["ok"] and r["attempt"] == 2 and r["server_start"] == 2 for r in s0)
+    assert s0[0]["server"]["cache_n"] == 0  # replayed from an erased slot, as the first time
+    runs = json.loads((tmp_path / "out" / "stock" / "runs.json").read_text())
+    assert runs[-1]["retried"] == {"test/s0": 1} and runs[-1]["restarts"] == 1
+
+
+def test_a_session_that_crashes_the_server_every_time_fails_after_its_retries(fake_bin, fake_model, tmp_path):
+    sessions = make_sessions(3, 2)
+    poison = TokenizedRequest(1, "tool", (4242,), (97, 98, 99))  # the fake server dies on any prompt holding 4242
+    sessions[1] = TokenizedSession("test/s1", "test", "byte", "chatml", (sessions[1].requests[0], poison))
+    cfg = fake_config(fake_bin, fake_model, tmp_path, FAKE_DIE_ON_TOKEN="4242")
+    with LlamaServer(cfg) as server:
+        summary = run_replay(sessions, server, ReplayConfig("stock", tmp_path / "out", progress=False, max_retries=2))
+        assert server.n_starts == 4
+    assert summary.done == ["test/s0", "test/s2"] and summary.restarts == 3 and summary.retried == {"test/s1": 2}
+    assert "3 attempts, the server restarted after each" in summary.failed["test/s1"]
+    recs = {(r["session"], r["turn"]): r for r in ResultStore(tmp_path / "out" / "stock").iter_records()}
+    assert len(recs) == 6 and recs[("test/s1", 0)]["ok"] and not recs[("test/s1", 1)]["ok"]
+    assert recs[("test/s1", 1)]["attempt"] == 3 and recs[("test/s2", 0)]["server_start"] == 4
 
 
 def test_request_error_with_live_server_fails_only_that_session(fake_bin, fake_model, tmp_path):

@@ -79,8 +79,9 @@ def test_capacity_test_hand_case() -> None:
 
 
 def test_longest_request_tokens(tmp_path) -> None:
-    lines = [{"session": "a", "requests": [{"n_new": 100, "n_output": 10}, {"n_new": 5, "n_output": 50}]},
-             {"session": "b", "requests": [{"n_new": 150, "n_output": 1}]}]
+    lines = [{"session": "a", "requests": [{"kind": "first", "n_new": 100, "n_output": 10},
+                                           {"kind": "tool", "n_new": 5, "n_output": 50}]},
+             {"session": "b", "requests": [{"kind": "first", "n_new": 150, "n_output": 1}]}]
     (tmp_path / "s.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert longest_request_tokens(tmp_path / "s.jsonl") == 165
 
@@ -154,13 +155,13 @@ def test_plan_file_roundtrip_checksum_and_validation(tmp_path) -> None:
     assert [s.tolist() for s in back.slots] == [[[0, 0], [0, 1], [1, 3]], [[2, 2]]]
     assert back.hot_mask().sum() == 4 and back.profile_sha256 == "abc"
     doc = json.loads((tmp_path / "plan.json").read_text())
-    doc["gpus"][0]["slots"][0] = [0, 2]
+    doc["gpus"][0]["slots"][1] = [0, 2]
     (tmp_path / "bad.json").write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match="checksum"):
+    with pytest.raises(ValueError, match="key 'checksum'"):
         read_plan(tmp_path / "bad.json")
     with pytest.raises(ValueError, match="twice"):
         write_plan(tmp_path / "x.json", _planfile([[[0, 0], [0, 0]], []]))
-    with pytest.raises(ValueError, match="another device"):
+    with pytest.raises(ValueError, match="layer 2 is not on this GPU"):
         write_plan(tmp_path / "x.json", _planfile([[[2, 0]], []]))
     with pytest.raises(ValueError, match="bytes"):
         write_plan(tmp_path / "x.json", _planfile([[[0, 0], [0, 1], [0, 2], [0, 3]], []]))

@@ -18,11 +18,12 @@ from ostinato.routing.generator import (RoutingProfile, SessionRouter, layer_ran
 from ostinato.routing.hot_v4flash import V4FLASH_HOT
 from ostinato.routing.layout import layout_from_counts, read_layouts, synthetic_layouts
 from ostinato.routing.shapes import custom_shape, get_shape
-from ostinato.routing.stats import (SessionTrace, check_trace, decode_any_cold, distinct_cold_per_pass,
-                                    expert_counts, open_session_trace, prefill_cold_per_token, resident_mask,
-                                    route_coverage, routing_facts)
-from ostinato.routing.trace import (FLAG_SYNTHETIC, HEADER_SIZE, RoutingTrace, TraceShape, open_trace_stream,
-                                    read_trace, write_trace)
+from ostinato.routing.stats import (SessionTrace, decode_any_cold, distinct_cold_per_pass, expert_counts,
+                                    open_session_trace, prefill_cold_per_token, resident_mask, route_coverage,
+                                    routing_facts)
+from ostinato.routing.trace import (FLAG_SYNTHETIC, HEADER_SIZE, RoutingTrace, TraceShape, check_rows,
+                                    open_trace_stream, read_trace, write_trace)
+from ostinato.sessions.model import TokenizedRequest, TokenizedSession, write_sessions_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = custom_shape(4, 16, 2, [1, 2, 3])  # layer 0 dense
@@ -50,7 +51,8 @@ def test_synthetic_flag_round_trip_and_unknown_bits_ignored(tmp_path) -> None:
 @pytest.mark.parametrize("damage, message", [
     (lambda b: b[:10], "shorter than"),
     (lambda b: b"NOTROUTE" + b[8:], "not a routing trace"),
-    (lambda b: b[:HEADER_SIZE + 7], "the header promises"),
+    (lambda b: b[:HEADER_SIZE + 7], "the header says 10 positions"),
+    (lambda b: b + b"\0" * 8, "the header says 10 positions"),  # longer than the header says: not read anyway
     (lambda b: b[:24] + struct.pack("<I", 2) + b[28:], "id_bytes"),
     (lambda b: b[:20] + struct.pack("<I", 99) + b[24:], "impossible shape"),
 ])
@@ -71,15 +73,18 @@ def test_bad_ids_and_partial_rows_rejected_naming_the_file(tmp_path) -> None:
     p = tmp_path / "ids.route"
     p.write_bytes(struct.pack("<8sIIIIIIQ24x", b"OSTROUTE", 1, 2, 16, 2, 1, 0, 4) + ids.tobytes())
     lay = layout_from_counts("s", [("first", 3, 1)])
-    with pytest.raises(ValueError, match=r"position 2 has expert id 20") as e:
+    with pytest.raises(ValueError, match=r"position 2, layer 1: expert id 20 is out of range") as e:
         open_session_trace(p, lay)
     assert str(p) in str(e.value)
     ids[2, 1, 0] = 0xFF  # half a row
-    with pytest.raises(ValueError, match="partly filled"):
-        check_trace(RoutingTrace(shape, ids), "x.route")
+    with pytest.raises(ValueError, match='position 2, layer 1: 1 of 2 ids are "no expert"'):
+        check_rows(ids, shape, "x.route")
+    ids[2, 1, 0] = 1  # the same expert twice
+    with pytest.raises(ValueError, match="position 2, layer 1: expert 1 appears twice"):
+        check_rows(ids, shape, "x.route")
     ids[2, 1, 0] = 3
     write_trace(p, RoutingTrace(shape, ids))
-    with pytest.raises(ValueError, match="more than the 3"):  # a trace of another session
+    with pytest.raises(ValueError, match="4 positions, the 3 of session s expected at most"):  # another session's
         open_session_trace(p, layout_from_counts("s", [("first", 2, 1)]))
     short = open_session_trace(p, layout_from_counts("s", [("first", 3, 3)]))  # ends early: fine
     res = resident_mask(expert_counts([short.trace]), 2)
@@ -90,7 +95,7 @@ def test_stream_must_write_every_promised_position(tmp_path) -> None:
     p = tmp_path / "s.route"
     with pytest.raises(ValueError, match="wrote 3 positions"):
         with open_trace_stream(p, SMALL.trace_shape, 5, synthetic=True) as out:
-            out.write(np.zeros((3, 4, 2), dtype=np.uint8))
+            out.write(np.tile(np.array([0, 1], dtype=np.uint8), (3, 4, 1)))
     assert not p.exists() and not list(tmp_path.iterdir())
 
 
@@ -212,9 +217,9 @@ def test_calibration_targets_met_on_v4flash_shaped_traces() -> None:
 
 def test_cli_generate_and_stats(tmp_path, capsys) -> None:
     sessions = tmp_path / "s.jsonl"
-    sessions.write_text("".join(json.dumps({"session": f"tau2/x/{i}", "requests": [
-        {"kind": "first", "n_new": 2100, "n_output": 30}, {"kind": "user", "n_new": 200, "n_output": 20}]}) + "\n"
-        for i in range(2)))
+    write_sessions_jsonl([TokenizedSession(f"tau2/x/{i}", "tau2", "byte", "chatml", (
+        TokenizedRequest(0, "first", (1,) * 2100, (2,) * 30), TokenizedRequest(1, "user", (3,) * 200, (4,) * 20)))
+        for i in range(2)], sessions)
     common = ["--model", "custom", "--n-layer", "3", "--n-expert", "32", "--n-expert-used", "4", "--no-progress"]
     assert main(["routing", "generate", "--sessions", str(sessions), "--select", "1", "--out",
                  str(tmp_path / "dev"), *common]) == 0
@@ -230,8 +235,8 @@ def test_cli_generate_and_stats(tmp_path, capsys) -> None:
     assert res["synthetic"] and res["label"].startswith("simulated (generator/calibrated")
     assert {t["name"] for t in res["targets"]} >= {"coverage_top44", "decode_any_cold"}
     assert "coverage_top44" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match=f"{tmp_path}/manifest.json: no manifest"):
-        main(["routing", "stats", "--dev", str(tmp_path), "--heldout", str(tmp_path / "held"), "--out", str(out)])
+    assert main(["routing", "stats", "--dev", str(tmp_path), "--heldout", str(tmp_path / "held"), "--out", str(out)]) == 2
+    assert f"{tmp_path}/manifest.json: no manifest" in capsys.readouterr().err
 
 
 # --- notebook -----------------------------------------------------------------------------------

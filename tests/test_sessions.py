@@ -193,9 +193,10 @@ def test_swe_rebench_rows_kinds_tool_calls_and_shapes(tmp_path: Path):
 @pytest.mark.parametrize("source,name,content,session", [
     ("swe-mini", "bad__one.traj.json", {"messages": [{"content": "no role"}]}, "swe-mini/bad__one"),
     ("swe-mini", "bad__two.traj.json", {"messages": "nope"}, "swe-mini/bad__two"),
-    ("tau2", "x_airline.json", {"simulations": [{"messages": []}, {"messages": {"role": "user"}}]},
+    ("tau2", "x_airline.json", {"simulations": [{"task_id": "1", "messages": []},
+                                                {"task_id": "2", "messages": {"role": "user"}}]},
      "tau2/x_airline/001"),
-    ("tau2", "y_retail.json", {"simulations": [{"messages": [{"role": "assistant", "tool_calls": "call"}]}]},
+    ("tau2", "y_retail.json", {"simulations": [{"task_id": "1", "messages": [{"role": "assistant", "tool_calls": "call"}]}]},
      "tau2/y_retail/000"),
     ("swe-rebench", "rows.jsonl", [{"trajectory_id": "t1", "trajectory": "not json"}], "swe-rebench/t1"),
     ("swe-rebench", "rows.jsonl", [{"instance_id": "i9", "trajectory": [{"role": "assistant", "tool_calls": [{}]}]}],

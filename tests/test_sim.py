@@ -178,10 +178,10 @@ def test_cli_run(tmp_path) -> None:
 
 def test_read_sessions_names_missing_keys(tmp_path) -> None:
     (tmp_path / "s.jsonl").write_text(json.dumps({"session": "swe/a", "requests": [{"kind": "first", "n_new": 3}]}))
-    with pytest.raises(ValueError, match=r"s\.jsonl: session 'swe/a' lacks key 'n_output'"):
+    with pytest.raises(ValueError, match=r"s\.jsonl:1: session swe/a: key 'requests\[0\]': expected the keys"):
         read_sessions(tmp_path / "s.jsonl")
     (tmp_path / "manifest.json").write_text(json.dumps({"synthetic": True}))
-    with pytest.raises(ValueError, match="lists no sessions"):
+    with pytest.raises(ValueError, match="manifest.json: key 'sessions': expected a non-empty list"):
         read_sessions(tmp_path)
     with pytest.raises(FileNotFoundError, match="nothing.jsonl"):
         read_sessions(tmp_path / "nothing.jsonl")

@@ -32,10 +32,11 @@ rule replay:
         routing=lambda w, input: routing_opts(w, input, f"results/replay/{w.run}{w.set}/.partial"),
         machine=MACHINE,
         reach=lambda w, input: replay_reach(w.engine, input),
+        max_retries=REPLAY["max_retries"],
     shell:
         "(ostinato replay run --engine-name {wildcards.engine} {params.reach} --sessions {input.sessions} "
         "--out {params.partial} --machine-label {params.machine} {params.preset} {params.routing} {params.server} "
-        "--no-progress --on-setup-change restart "
+        "--no-progress --on-setup-change restart --max-retries {params.max_retries} "
         "&& mv {params.partial}/{wildcards.engine} {output.results} && rmdir --ignore-fail-on-non-empty {params.partial} "
         "&& ostinato replay summarize --in {output.results} --out {output.sessions} "
         "--requests-out {output.requests}) > {log} 2>&1"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.results import load_runs, summarize_sessions
@@ -82,6 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="when the sessions file, model or server command changed since the results in --out were "
                         "made: refuse (default) or restart (move them aside to <engine>.superseded-<time>)")
     r.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request (default 600)")
+    r.add_argument("--max-retries", type=int, default=2,
+                   help="a session whose server crashed or stopped answering is replayed again from its first request "
+                        "on the restarted server up to this many times before it is recorded failed (default 2)")
     r.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for the server to be healthy")
     r.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
     r.add_argument("--strict", action="store_true", help="exit 1 when a session failed (default: 0, failures recorded)")
@@ -151,13 +155,22 @@ def _check_server_args(args: argparse.Namespace) -> None:
 def run_cmd(args: argparse.Namespace) -> int:
     """Handler of `replay run`; failed sessions are recorded, and make it return 1 only with --strict."""
     _check_server_args(args)
-    sessions = read_sessions_jsonl(args.sessions)
     if args.select < 0:
         raise ValueError(f"--select must be >= 0, got {args.select}")
+    if args.max_retries < 0:
+        raise ValueError(f"--max-retries must be >= 0, got {args.max_retries}")
+    bad: list[InputError] = []
+
+    def skip(exc: InputError) -> None:
+        bad.append(exc)
+        print(f"[{args.engine_name}] skipped: {exc}", file=sys.stderr)
+
+    sessions = read_sessions_jsonl(args.sessions, on_bad=skip)
     if args.select:
         sessions = sessions[: args.select]
     if not sessions:
-        raise ValueError(f"--sessions {args.sessions} holds no sessions")
+        raise InputError(f"--sessions {args.sessions} holds no valid session"
+                         + (f" ({len(bad)} bad lines, the first: {bad[0]})" if bad else ""))
     engine = _engine_preset(args)
     machine = describe_machine(args.machine_label)
     store = ResultStore.for_engine(args.out, args.engine_name)
@@ -166,7 +179,8 @@ def run_cmd(args: argparse.Namespace) -> int:
         engine=args.engine_name, out_dir=args.out, machine=machine.label, retry_failed=args.retry_failed,
         on_setup_change=args.on_setup_change,
         routing_force_dir=args.routing_force_dir, routing_record_dir=args.routing_record_dir,
-        request_timeout_s=args.request_timeout, warmup=not args.no_warmup, progress=not args.no_progress,
+        request_timeout_s=args.request_timeout, max_retries=args.max_retries, warmup=not args.no_warmup,
+        progress=not args.no_progress,
         api=args.api, model_name=args.model_name, routing_root=args.routing_root,
     )
     run_info = {
@@ -197,9 +211,13 @@ def run_cmd(args: argparse.Namespace) -> int:
         server.close()
     print(
         f"[{args.engine_name}] replayed {len(summary.done)} ok, {len(summary.failed)} failed, "
-        f"{len(summary.skipped)} already present, {summary.restarts} server restarts → {store.root}",
+        f"{len(summary.skipped)} already present, {summary.restarts} server restarts "
+        f"({len(summary.retried)} sessions replayed again) → {store.root}",
         file=sys.stderr,
     )
+    if bad:
+        raise InputError(f"--sessions {args.sessions}: {len(bad)} bad session line(s) skipped, the others replayed; "
+                         f"the first: {bad[0]}")
     return 1 if summary.failed and args.strict else 0
 
 

@@ -1,10 +1,14 @@
-"""Replay sessions one at a time as a local agent runs them, against one llama-server, resumably."""
+"""Replay sessions one at a time as a local agent runs them, against one llama-server, resumably.
+
+Faults: a request that fails while the server is up (a 4xx) fails its session, and the next one runs; a server
+that crashes or stops answering is restarted and the session replayed again from its first request, up to
+`max_retries` times, before it is recorded as failed. Every request of a session is recorded, once.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +19,15 @@ from tqdm import tqdm
 
 from ostinato.atomic import sha256_file
 from ostinato.server.client import RequestInput, RequestOutput, erase_slot, send_completion
+from ostinato.errors import InputError
+from ostinato.inputs import load_json
 from ostinato.replay.store import ResultStore, write_json_atomic
 from ostinato.routing.trace import trace_filename
 from ostinato.sessions.model import TokenizedSession
 
 SKIPPED = "skipped: an earlier request of this session failed"
+# The warm-up prompt: ids every vocabulary has, so no session's ids (which may be bad) can fail it.
+WARMUP_TOKEN_IDS: tuple[int, ...] = tuple(range(32))
 
 
 class Server(Protocol):
@@ -67,6 +75,9 @@ class ReplayConfig:
         dirs = [Path(d).resolve() for d in (self.routing_force_dir, self.routing_record_dir) if d is not None]
         return Path(os.path.commonpath(dirs)) if dirs else None
     request_timeout_s: float = 600.0
+    # a session whose server crashed (or stopped answering) is replayed again from its first request on the
+    # restarted server, up to this many times, before it is recorded as failed
+    max_retries: int = 2
     temperature: float = 0.0
     warmup: bool = True
     progress: bool = True
@@ -79,11 +90,13 @@ class ReplayConfig:
 
 @dataclass
 class RunSummary:
-    """Counts of one run: sessions replayed, skipped as already present, failed, server restarts."""
+    """Counts of one run: sessions replayed, skipped as already present, failed, replayed again after a crash
+    (session -> retries), server restarts."""
 
     done: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    retried: dict[str, int] = field(default_factory=dict)
     restarts: int = 0
 
 
@@ -121,17 +134,20 @@ def forced_tokens_match(streamed: list[int], forced: list[int], n_generated: int
     return all(any(t == f for f in it) for t in streamed)
 
 def request_record(engine: str, machine: str, session: TokenizedSession, turn: int, n_prompt: int,
-                   out: RequestOutput | None, error: str, server_start: int, forced: bool = True) -> dict:
+                   out: RequestOutput | None, error: str, server_start: int, forced: bool = True,
+                   attempt: int = 1) -> dict:
     """Return the JSON line of one request (client times in seconds, server timings as sent).
 
     `forced`: the recorded outputs were forced (llama-server); an OpenAI-compatible engine generates its own,
-    of the recorded length, and `forced_match` is then null.
+    of the recorded length, and `forced_match` is then null. `attempt`: which replay of the session (1, or more
+    after a server crash) the record comes from.
     """
     req = session.requests[turn]
     rec = {
         "engine": engine, "machine": machine, "session": session.session_id, "turn": turn,
         "kind": req.kind, "n_new": req.n_new, "n_prompt": n_prompt, "n_forced": req.n_output if forced else 0,
         "ok": out is not None and out.success and not error, "error": error, "server_start": server_start,
+        "attempt": attempt,
     }
     if out is not None:
         forced = list(req.output_token_ids)
@@ -147,7 +163,7 @@ def request_record(engine: str, machine: str, session: TokenizedSession, turn: i
 
 
 def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
-                   bar: tqdm | None = None) -> tuple[list[dict], str, bool]:
+                   bar: tqdm | None = None, attempt: int = 1) -> tuple[list[dict], str, bool]:
     """Replay one session from an erased slot; return (records, failure reason or "", needs restart).
 
     Request i sends the whole conversation so far (all earlier new and recorded output tokens, then
@@ -170,7 +186,8 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
         prompt = context + list(req.new_token_ids)
         if reason:
             records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), None,
-                                          reason if turn == 0 and not records else SKIPPED, server.n_starts, llama))
+                                          reason if turn == 0 and not records else SKIPPED, server.n_starts, llama,
+                                          attempt))
             if bar is not None:
                 bar.update(1)
             continue
@@ -181,7 +198,7 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
             error, restart = failure_reason(server, out.error)
             reason = error
         records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), out, error, server.n_starts,
-                                      llama))
+                                      llama, attempt))
         context = prompt + list(req.output_token_ids)  # the recorded conversation, whatever the engine generated
         if bar is not None:
             bar.update(1)
@@ -228,11 +245,14 @@ def check_forced_traces(sessions: list[TokenizedSession], cfg: ReplayConfig) -> 
 def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConfig,
                run_info: dict | None = None) -> RunSummary:
     """Replay every session not yet recorded (in order), starting the server if needed and
-    restarting it after a crash.
+    restarting it after a crash (the session then replayed again, up to `cfg.max_retries` times).
 
     A session's lines are written when it ends (atomically), so a killed run resumes at the first
-    missing session; failed sessions are kept as recorded unless `retry_failed`.
+    missing session; failed sessions are kept as recorded unless `retry_failed`; an unreadable result file
+    (a truncated last line) counts as missing.
     """
+    if cfg.max_retries < 0:
+        raise ValueError(f"--max-retries must be >= 0, got {cfg.max_retries}")
     check_forced_traces(sessions, cfg)
     store = ResultStore.for_engine(cfg.out_dir, cfg.engine)
     if cfg.on_setup_change == "restart" and _setup_changed(_read_runs(store.root / "runs.json"), run_info or {}):
@@ -244,12 +264,14 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     summary = RunSummary()
     todo = []
     for s in sessions:
-        status = store.status(s.session_id)
+        status, why = store.read_status(s.session_id)
+        if status == "unreadable":
+            print(f"[{cfg.engine}] {why}: session {s.session_id} is replayed again")
         # a recorded session whose routing trace is asked for but gone (e.g. its directory was cleared for a
         # rerun) is replayed again, or the rerun would leave the trace missing
         lost_trace = (status == "ok" and cfg.routing_record_dir is not None
                       and not trace_path(cfg.routing_record_dir, s.session_id).exists())
-        if status == "missing" or (status == "failed" and cfg.retry_failed) or lost_trace:
+        if status in ("missing", "unreadable") or (status == "failed" and cfg.retry_failed) or lost_trace:
             todo.append(s)
         else:
             summary.skipped.append(s.session_id)
@@ -262,28 +284,49 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     if not todo:
         return summary
     server.start()  # no-op when already running
-    if cfg.warmup and todo[0].requests:
-        server.warmup(list(todo[0].requests[0].new_token_ids[:32]))
+    if cfg.warmup:
+        server.warmup(list(WARMUP_TOKEN_IDS))
     n_req = sum(len(s.requests) for s in todo)
     with tqdm(total=n_req, unit="req", desc=cfg.engine, disable=not cfg.progress) as bar:
         for s in todo:
             bar.set_postfix_str(s.session_id[-40:])
-            records, reason, restart = replay_session(server, s, cfg, bar)
+            records, reason = _replay_with_retries(server, s, cfg, bar, summary)
             store.write_session(s.session_id, records)
             if reason:
                 summary.failed[s.session_id] = reason
                 bar.write(f"[{cfg.engine}] session {s.session_id} failed: {reason}")
             else:
                 summary.done.append(s.session_id)
-            if restart:
-                server.restart()
-                summary.restarts += 1
-                if cfg.warmup and s.requests:
-                    server.warmup(list(s.requests[0].new_token_ids[:32]))
     info.update({"finished": dt.datetime.now(dt.timezone.utc).isoformat(), "n_done": len(summary.done),
-                 "n_failed": len(summary.failed), "restarts": summary.restarts})
+                 "n_failed": len(summary.failed), "restarts": summary.restarts,
+                 "retried": dict(summary.retried)})
     write_json_atomic(store.root / "runs.json", history + [info])
     return summary
+
+
+def _replay_with_retries(server: Server, session: TokenizedSession, cfg: ReplayConfig, bar: tqdm,
+                         summary: RunSummary) -> tuple[list[dict], str]:
+    """Replay a session; after a server crash restart the server and replay it again from its first request (its
+    records then all come from one attempt on one server start), up to `cfg.max_retries` times. Return the last
+    attempt's records and its failure reason ("" when it succeeded)."""
+    attempt = 1
+    while True:
+        records, reason, restart = replay_session(server, session, cfg, bar, attempt)
+        if restart:
+            server.restart()
+            summary.restarts += 1
+            if cfg.warmup:
+                server.warmup(list(WARMUP_TOKEN_IDS))
+        if not restart or attempt > cfg.max_retries:
+            if restart and attempt > 1:
+                reason = f"{reason} ({attempt} attempts, the server restarted after each)"
+            return records, reason
+        bar.write(f"[{cfg.engine}] session {session.session_id}: {reason}; server restarted, replaying the session "
+                  f"again (retry {attempt} of {cfg.max_retries})")
+        summary.retried[session.session_id] = attempt
+        bar.total += len(session.requests)
+        bar.refresh()
+        attempt += 1
 
 
 # Keys of runs.json that must not change between a run and its resumption.
@@ -312,7 +355,10 @@ def _read_runs(path: Path) -> list[dict]:
     """Return the run history of an engine directory (one entry per invocation)."""
     if not path.is_file():
         return []
-    return list(json.loads(path.read_text(encoding="utf-8")))
+    runs = load_json(path, "the replay's run history (a JSON list)")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise InputError(f"{path}: expected a JSON list of run entries (delete it to start the history afresh)")
+    return runs
 
 
 def sessions_digest(path: Path) -> dict:

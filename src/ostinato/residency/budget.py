@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ostinato.inputs import read_text
 from ostinato.models.gguf_shape import MoeShape, moe_shape_from_gguf
 from ostinato.residency.capacity import Capacity
 from ostinato.residency.planfile import PlanFile
@@ -76,7 +77,7 @@ def resolve_budget(model: str | Path, tree: str | Path, budget_gib: float | None
     if capacity is not None:
         if not Path(capacity).is_file():
             raise FileNotFoundError(f"--expert-capacity {capacity}: not found (`ostinato residency capacity --out`)")
-        pool = Capacity.from_json(Path(capacity).read_text(encoding="utf-8")).pool_bytes
+        pool = Capacity.from_json(read_text(capacity, "a capacity test's JSON"), str(capacity)).pool_bytes
         return ExpertBudget(full.layer_bytes, int(sum(pool)))
     if resident_share is not None:
         return share_budget(full, resident_share)

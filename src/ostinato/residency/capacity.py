@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ostinato.errors import InputError
+from ostinato.inputs import parse_json
+
 
 def split_layers(n_layer: int, free_bytes: Sequence[float], n_gpu_layers: int | None = None) -> np.ndarray:
     """Device of layers 0..n_layer (index n_layer is the output layer), -1 = CPU, as llama.cpp b11312 assigns them.
@@ -94,9 +97,13 @@ class Capacity:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_json(cls, text: str) -> Capacity:
-        """Inverse of to_json."""
-        return cls(**json.loads(text))
+    def from_json(cls, text: str, where: str = "capacity JSON") -> Capacity:
+        """Inverse of to_json; a document that is not one is an InputError naming `where` (the file)."""
+        doc = parse_json(text, where, "a capacity test's JSON (`ostinato residency capacity`)")
+        try:
+            return cls(**doc)
+        except TypeError as exc:
+            raise InputError(f"{where}: not a capacity test's JSON ({exc})") from None
 
     def to_json(self) -> str:
         """The result as indented JSON."""
@@ -176,13 +183,12 @@ def load_memory_model(path: str | os.PathLike) -> MemoryModel:
 
 def longest_request_tokens(sessions_jsonl: str | os.PathLike) -> int:
     """Most tokens any request of a sessions file holds in the KV cache: earlier turns + new + output tokens."""
+    from ostinato.sessions.model import iter_session_counts
+
     best = 0
-    with open(sessions_jsonl, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            ctx = 0
-            for r in json.loads(line)["requests"]:
-                best = max(best, ctx + int(r["n_new"]) + int(r["n_output"]))
-                ctx += int(r["n_new"]) + int(r["n_output"])
+    for _, counts in iter_session_counts(sessions_jsonl):
+        ctx = 0
+        for _, n_new, n_output in counts:
+            best = max(best, ctx + n_new + n_output)
+            ctx += n_new + n_output
     return best

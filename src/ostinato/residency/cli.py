@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ostinato.atomic import atomic_open
+from ostinato.inputs import read_text
 from ostinato.residency.capacity import (Capacity, capacity_test, load_memory_model, longest_request_tokens,
                                          split_layers)
 from ostinato.models.gguf_shape import moe_shape_from_gguf
@@ -54,7 +55,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise ValueError("--gguf needs --llama-tree (the pinned tree whose gguf-py reads the model)")
         shape = moe_shape_from_gguf(args.gguf, args.llama_tree)
     if args.capacity:
-        cap = Capacity.from_json(Path(args.capacity).read_text(encoding="utf-8"))
+        cap = Capacity.from_json(read_text(args.capacity, "a capacity test's JSON"), args.capacity)
         layer_gpu, pool, eb = np.asarray(cap.layer_gpu[:n_layer]), cap.pool_bytes, np.asarray(cap.expert_bytes)
         if eb.size != n_layer:
             raise ValueError(f"capacity has {eb.size} layers, the profile {n_layer}")

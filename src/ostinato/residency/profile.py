@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from ostinato.atomic import atomic_open
+from ostinato.errors import InputError
+from ostinato.inputs import load_json
 from ostinato.routing.trace import RoutingTrace, TraceShape, read_trace
 
 PROFILE_FORMAT = "ostinato-routing-profile"
@@ -55,11 +57,9 @@ def count_routes(trace: RoutingTrace, positions: slice | np.ndarray | None = Non
     ids = trace.ids if positions is None else trace.ids[positions]
     counts = np.zeros(s.n_layer * s.n_expert, dtype=np.int64)
     layer_off = (np.arange(s.n_layer, dtype=np.int64) * s.n_expert)[None, :, None]
-    for a in range(0, ids.shape[0], chunk):
+    for a in range(0, ids.shape[0], chunk):  # ids checked by read_trace (ostinato.routing.trace.check_rows)
         block = np.asarray(ids[a:a + chunk]).astype(np.int64)
         valid = block != s.none_id
-        if np.any(block[valid] >= s.n_expert):
-            raise ValueError(f"expert id >= n_expert {s.n_expert} in the trace")
         counts += np.bincount((block + layer_off)[valid], minlength=counts.size)
     return counts.reshape(s.n_layer, s.n_expert)
 
@@ -78,6 +78,8 @@ def profile_from_traces(paths: Iterable[str | os.PathLike]) -> RouteCounts:
         prof.sources.append(str(p))
     if prof is None:
         raise ValueError("no routing traces given")
+    if prof.total_routes() == 0:
+        raise InputError(f'{", ".join(prof.sources)}: no routing to count ({prof.n_pos} positions, every row "no expert")')
     return prof
 
 
@@ -93,14 +95,22 @@ def write_profile(path: str | os.PathLike, prof: RouteCounts) -> None:
 
 
 def read_profile(path: str | os.PathLike) -> RouteCounts:
-    """Read a profile written by write_profile, checking format, version and digest."""
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
-    if doc.get("format") != PROFILE_FORMAT or doc.get("version") != PROFILE_VERSION:
-        raise ValueError(f"{path}: not a {PROFILE_FORMAT} version {PROFILE_VERSION} file")
-    shape = TraceShape(int(doc["n_layer"]), int(doc["n_expert"]), int(doc["n_expert_used"]))
-    counts = np.asarray(doc["counts"], dtype=np.int64).reshape(shape.n_layer, shape.n_expert)
-    prof = RouteCounts(shape, counts, int(doc["n_pos"]), list(doc.get("sources", [])))
+    """Read a profile written by write_profile, checking format, version, shape, counts and digest."""
+    doc = load_json(path, f"a routing profile ({PROFILE_FORMAT} version {PROFILE_VERSION})")
+    if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT or doc.get("version") != PROFILE_VERSION:
+        raise InputError(f"{path}: not a {PROFILE_FORMAT} version {PROFILE_VERSION} file")
+    dims = [doc.get(k) for k in ("n_layer", "n_expert", "n_expert_used", "n_pos")]
+    if any(type(v) is not int or v < 0 for v in dims) or not 1 <= dims[2] <= dims[1] or dims[0] < 1:
+        raise InputError(f"{path}: keys 'n_layer', 'n_expert', 'n_expert_used', 'n_pos': expected integers with "
+                         f"n_layer >= 1 and 1 <= n_expert_used <= n_expert, got {dims}")
+    shape = TraceShape(dims[0], dims[1], dims[2])
+    rows = doc.get("counts")
+    if (not isinstance(rows, list) or len(rows) != shape.n_layer
+            or any(not isinstance(r, list) or len(r) != shape.n_expert for r in rows)
+            or any(type(c) is not int or not 0 <= c < 2**63 for r in rows for c in r)):
+        raise InputError(f"{path}: key 'counts': expected {shape.n_layer} rows of {shape.n_expert} counts >= 0")
+    counts = np.asarray(rows, dtype=np.int64).reshape(shape.n_layer, shape.n_expert)
+    prof = RouteCounts(shape, counts, dims[3], [str(x) for x in doc.get("sources") or []])
     if doc.get("sha256") and doc["sha256"] != prof.sha256():
-        raise ValueError(f"{path}: counts do not match the stored sha256")
+        raise InputError(f"{path}: counts do not match the stored sha256")
     return prof

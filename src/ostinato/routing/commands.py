@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -13,7 +14,8 @@ from tqdm import tqdm
 from ostinato.atomic import atomic_open
 from ostinato.routing.generator import PROFILES, write_session_trace
 from ostinato.routing.trace import trace_filename
-from ostinato.routing.layout import SessionLayout, layout_from_json, read_layouts, synthetic_layouts
+from ostinato.errors import InputError
+from ostinato.routing.layout import SessionLayout, read_layouts, read_manifest_layouts, synthetic_layouts
 from ostinato.routing.shapes import SHAPES, ModelShape, custom_shape, get_shape
 from ostinato.routing.stats import open_trace_dir, routing_facts
 
@@ -47,7 +49,7 @@ def _shape(args: argparse.Namespace) -> ModelShape:
     if args.model != "custom":
         return get_shape(args.model)
     if None in (args.n_layer, args.n_expert, args.n_expert_used):
-        raise SystemExit("--model custom needs --n-layer, --n-expert and --n-expert-used")
+        raise ValueError("--model custom needs --n-layer, --n-expert and --n-expert-used")
     layers = [int(x) for x in args.moe_layers.split(",")] if args.moe_layers else None
     return custom_shape(args.n_layer, args.n_expert, args.n_expert_used, layers)
 
@@ -60,7 +62,7 @@ def _profile(args: argparse.Namespace):
         key, _, val = kv.partition("=")
         if key not in fields or key == "name":
             known = ", ".join(k for k in fields if k != "name")
-            raise SystemExit(f"--set {kv}: unknown profile parameter; known: {known}")
+            raise ValueError(f"--set {kv}: unknown profile parameter; known: {known}")
         over[key] = type(fields[key])(val)
     return replace(prof, **over, name=f"{prof.name}+" + ",".join(args.set)) if over else prof
 
@@ -73,6 +75,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         layouts = read_layouts(args.sessions, select=args.select)
     else:
         layouts = synthetic_layouts(args.workload, args.synthetic_sessions, seed=args.session_seed)
+    if not layouts:
+        raise InputError(f"no sessions to generate routing for ({args.sessions or '--synthetic-sessions 0'})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     total = sum(lay.n_pos for lay in layouts)
@@ -107,16 +111,14 @@ def add_stats_args(p: argparse.ArgumentParser) -> None:
 
 
 def _dir_layouts(directory: str, sessions: str | None) -> tuple[list[SessionLayout], dict]:
+    """The layouts of a trace directory: from a sessions JSONL, else from the directory's manifest (which also
+    states each trace's positions: `exact`)."""
     if sessions:
         return read_layouts(sessions), {}
     mpath = Path(directory) / MANIFEST
     if not mpath.exists():
-        raise SystemExit(f"{mpath}: no manifest; pass the sessions JSONL of {directory}")
-    try:
-        man = json.loads(mpath.read_text())
-        return [layout_from_json(s) for s in man["sessions"]], man
-    except (ValueError, KeyError) as e:
-        raise SystemExit(f"{mpath}: not a routing manifest ({e})") from None
+        raise FileNotFoundError(f"{mpath}: no manifest; pass the sessions JSONL of {directory}")
+    return read_manifest_layouts(mpath)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -127,9 +129,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
         for d in dirs:
             lays, man = _dir_layouts(d, sess)
             manifests.append(man)
-            sts += open_trace_dir(d, lays)
+            sts += open_trace_dir(d, lays, exact=bool(man))
         sets[key] = sts
     facts = routing_facts(sets["dev"], sets["heldout"], args.n_resident_decode, args.n_resident_prefill)
+    missing = [t.name for t in facts.targets() if math.isnan(t.value)]
+    if missing:
+        raise InputError(f"routing stats: no data for {', '.join(missing)}: the held-out traces "
+                         f"({', '.join(args.heldout)}) hold no request or pass the fact is measured on")
     synthetic = all(st.trace.synthetic for st in sets["dev"] + sets["heldout"])
     if args.label:
         label = args.label

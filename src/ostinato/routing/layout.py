@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
+
+from ostinato.errors import InputError
+from ostinato.inputs import load_json
 
 
 @dataclass(frozen=True)
@@ -63,29 +64,49 @@ def layout_from_counts(session: str, counts: list[tuple[str, int, int]]) -> Sess
 
 
 def layout_from_json(obj: dict) -> SessionLayout:
-    """A layout from a sessions-JSONL line (`ostinato sessions build`) or a manifest entry."""
+    """A layout from a manifest entry ({session, requests: [{kind, n_new, n_output, ...}]})."""
     reqs = obj.get("requests")
-    if not isinstance(reqs, list) or "session" not in obj:
-        raise ValueError("a session needs `session` and a `requests` list")
-    return layout_from_counts(str(obj["session"]),
-                              [(str(r.get("kind", "tool")), int(r["n_new"]), int(r["n_output"])) for r in reqs])
+    if not isinstance(reqs, list) or not isinstance(obj.get("session"), str):
+        raise ValueError("a session needs a string `session` and a `requests` list")
+    counts = []
+    for i, r in enumerate(reqs):
+        n_new, n_out = (r.get(k) if isinstance(r, dict) else None for k in ("n_new", "n_output"))
+        if type(n_new) is not int or type(n_out) is not int:
+            raise ValueError(f"requests[{i}]: n_new and n_output must be integers")
+        counts.append((str(r.get("kind", "tool")), n_new, n_out))
+    return layout_from_counts(obj["session"], counts)
 
 
 def read_layouts(path: str | os.PathLike, select: int = 0) -> list[SessionLayout]:
-    """Read the sessions of a sessions JSONL file (first `select` if > 0), naming the file on errors."""
-    path = Path(path)
+    """Read the sessions of a sessions JSONL file (first `select` if > 0), checked as every reader checks them."""
+    from ostinato.sessions.model import iter_session_counts
+
     out: list[SessionLayout] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(layout_from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{lineno}: not a session line ({e})") from None
-            if select and len(out) >= select:
-                break
+    for session, counts in iter_session_counts(path):
+        out.append(layout_from_counts(session, counts))
+        if select and len(out) >= select:
+            break
     return out
+
+
+def read_manifest_layouts(path: str | os.PathLike) -> tuple[list[SessionLayout], dict]:
+    """The layouts of a trace directory's manifest.json (`ostinato routing generate`) and the manifest itself; each
+    entry's `n_pos` must be its layout's, so a trace is held to the positions its manifest states."""
+    man = load_json(path, "a routing manifest (`ostinato routing generate`)")
+    entries = man.get("sessions") if isinstance(man, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"{path}: key 'sessions': expected a non-empty list of sessions")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            lay = layout_from_json(entry if isinstance(entry, dict) else {})
+        except ValueError as exc:
+            raise InputError(f"{path}: key 'sessions[{i}]': {exc}") from None
+        if entry.get("n_pos", lay.n_pos) != lay.n_pos:
+            raise InputError(f"{path}: key 'sessions[{i}].n_pos': {entry['n_pos']}, its requests hold {lay.n_pos} "
+                             f"positions (session {lay.session})")
+        out.append(lay)
+    return out, man
 
 
 # Request-size distributions of the synthetic workloads (lognormal medians and spreads), shaped like

@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from ostinato.routing.layout import SessionLayout
-from ostinato.routing.trace import RoutingTrace, read_trace
-
-ROWS_PER_STEP = 8192  # positions processed at once when scanning a memory-mapped trace
+from ostinato.errors import InputError
+from ostinato.routing.trace import ROWS_PER_STEP, RoutingTrace, read_trace
 
 
 @dataclass
@@ -31,32 +30,20 @@ class SessionTrace:
     layout: SessionLayout
 
 
-def open_session_trace(path: str | os.PathLike, layout: SessionLayout) -> SessionTrace:
-    """Open a trace for a session and check it (ids in range, whole rows); errors name the file.
+def open_session_trace(path: str | os.PathLike, layout: SessionLayout, exact: bool = False) -> SessionTrace:
+    """Open a trace for a session (checked as every reader checks it) with its layout; errors name the file.
 
-    A recorded trace may end early (the last generated token is never computed): positions past its
-    end count as not computed, like none rows."""
+    With `exact` (a generated trace, whose manifest states its positions) the trace holds exactly the session's
+    positions. Without it (recorded by the engine) it may end early: the last generated token is never computed, and
+    a request the server stopped at an end-of-sequence token leaves its later positions out; those count as not
+    computed, like none rows. A trace with no position, or no row with experts, has no routing to count."""
     t = read_trace(path)
-    check_trace(t, str(path))
-    if t.n_pos > layout.n_pos:
-        raise ValueError(f"{path}: {t.n_pos} positions, more than the {layout.n_pos} of session {layout.session}")
+    if t.n_pos > layout.n_pos or (exact and t.n_pos != layout.n_pos):
+        raise InputError(f"{path}: {t.n_pos} positions, the {layout.n_pos} of session {layout.session} expected"
+                         + ("" if exact else " at most"))
+    if t.n_pos == 0 or not (np.asarray(t.ids[:, :, 0]) != t.shape.none_id).any():
+        raise InputError(f'{path}: no routing to count: {t.n_pos} positions, every row "no expert"')
     return SessionTrace(str(path), t, layout)
-
-
-def check_trace(trace: RoutingTrace, name: str) -> None:
-    """Reject ids outside [0, n_expert) other than the none id, and rows that are only partly filled."""
-    s = trace.shape
-    for lo in range(0, trace.n_pos, ROWS_PER_STEP):
-        ids = np.asarray(trace.ids[lo:lo + ROWS_PER_STEP])
-        none = ids == s.none_id
-        bad = (~none) & (ids >= s.n_expert)
-        if bad.any():
-            p = lo + int(np.argwhere(bad)[0][0])
-            raise ValueError(f"{name}: position {p} has expert id {int(ids[bad][0])} >= n_expert {s.n_expert}")
-        partial = none.any(axis=2) & ~none.all(axis=2)
-        if partial.any():
-            p, il = np.argwhere(partial)[0]
-            raise ValueError(f"{name}: position {lo + int(p)} layer {int(il)} is partly filled (some ids none)")
 
 
 def _rows(trace: RoutingTrace, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -241,8 +228,10 @@ def routing_facts(dev: Sequence[SessionTrace], heldout: Sequence[SessionTrace], 
     )
 
 
-def open_trace_dir(directory: str | os.PathLike, layouts: Sequence[SessionLayout]) -> list[SessionTrace]:
-    """The traces of `layouts` in a directory (`<session, / → __>.route`), each checked; errors name the file."""
+def open_trace_dir(directory: str | os.PathLike, layouts: Sequence[SessionLayout],
+                   exact: bool = False) -> list[SessionTrace]:
+    """The traces of `layouts` in a directory (`<session, / → __>.route`), each checked; errors name the file.
+    `exact`: the layouts come from the directory's manifest, which states each trace's positions."""
     from ostinato.routing.trace import trace_filename
     directory = Path(directory)
     out = []
@@ -250,5 +239,5 @@ def open_trace_dir(directory: str | os.PathLike, layouts: Sequence[SessionLayout
         p = directory / trace_filename(lay.session)
         if not p.exists():
             raise FileNotFoundError(f"{p}: no routing trace for session {lay.session}")
-        out.append(open_session_trace(p, lay))
+        out.append(open_session_trace(p, lay, exact))
     return out

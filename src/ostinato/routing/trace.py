@@ -5,6 +5,9 @@ uint16, then, if flag bit 0 is set, float16 weights of the same shape. Flag bit 
 trace (written by `ostinato.routing.generator`, not recorded from a model); readers ignore other bits.
 The all-ones id (255 or 65535) means "no expert": a layer without routing (dense) or a position that
 was not computed.
+
+`check_header` and `check_rows` are the one definition of a valid trace (engine/README.md, "Routing trace
+format"), the rules the engine applies when it forces a trace: every reader goes through `read_trace`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import IO
 import numpy as np
 
 from ostinato.atomic import atomic_open
+from ostinato.errors import InputError
+from ostinato.inputs import open_regular
 
 MAGIC = b"OSTROUTE"
 VERSION = 1
@@ -28,6 +33,7 @@ FLAG_WEIGHTS = 1
 FLAG_SYNTHETIC = 2
 _HEADER = struct.Struct("<8sIIIIIIQ24x")
 assert _HEADER.size == HEADER_SIZE
+ROWS_PER_STEP = 8192  # positions checked at once (a memory-mapped trace is read in steps)
 
 
 @dataclass(frozen=True)
@@ -66,42 +72,97 @@ class RoutingTrace:
         return [int(i) for i in np.flatnonzero(has)]
 
 
-def _parse_header(raw: bytes, path: Path) -> tuple[TraceShape, int, int]:
+@dataclass(frozen=True)
+class TraceHeader:
+    """A checked header: the shape, the flags and the positions the file holds."""
+
+    shape: TraceShape
+    flags: int
+    n_pos: int
+
+    @property
+    def position_bytes(self) -> int:
+        """Bytes of one position: its ids, and its weights when flag bit 0 says they follow."""
+        n = self.shape.n_layer * self.shape.n_expert_used
+        return n * self.shape.id_dtype.itemsize + (n * 2 if self.flags & FLAG_WEIGHTS else 0)
+
+
+def check_header(raw: bytes, size: int, path: str | os.PathLike) -> TraceHeader:
+    """The header of a trace file of `size` bytes: magic, version, a possible shape, id_bytes as n_expert needs, and
+    n_pos exactly what the file holds (checked before anything is allocated, in Python's unbounded integers)."""
     if len(raw) < HEADER_SIZE:
-        raise ValueError(f"{path}: {len(raw)} bytes, shorter than the {HEADER_SIZE}-byte routing header")
+        raise InputError(f"{path}: {size} bytes, shorter than the {HEADER_SIZE}-byte routing header")
     magic, version, n_layer, n_expert, k, id_bytes, flags, n_pos = _HEADER.unpack(raw[:HEADER_SIZE])
     if magic != MAGIC:
-        raise ValueError(f"{path}: not a routing trace (magic {magic!r}, expected {MAGIC!r})")
+        raise InputError(f"{path}: not a routing trace (magic {magic!r}, expected {MAGIC!r})")
     if version != VERSION:
-        raise ValueError(f"{path}: routing trace version {version}, expected {VERSION}")
-    if n_layer < 1 or n_expert < 1 or not 1 <= k <= n_expert:
-        raise ValueError(f"{path}: impossible shape n_layer {n_layer}, n_expert {n_expert}, k {k}")
+        raise InputError(f"{path}: routing trace version {version}, expected {VERSION}")
+    if n_layer < 1 or not 1 <= n_expert <= 0xFFFF or not 1 <= k <= n_expert:
+        raise InputError(f"{path}: impossible shape n_layer {n_layer}, n_expert {n_expert}, k {k} (expected "
+                         f"n_layer >= 1, 1 <= k <= n_expert <= 65535)")
     shape = TraceShape(n_layer, n_expert, k)
     if id_bytes != shape.id_dtype.itemsize:
-        raise ValueError(f"{path}: id_bytes {id_bytes} but n_expert {n_expert} needs {shape.id_dtype.itemsize}")
-    return shape, flags, n_pos
+        raise InputError(f"{path}: id_bytes {id_bytes} but n_expert {n_expert} needs {shape.id_dtype.itemsize}")
+    header = TraceHeader(shape, flags, n_pos)
+    body, per = size - HEADER_SIZE, header.position_bytes
+    if body != n_pos * per:
+        raise InputError(f"{path}: the header says {n_pos} positions of {per} bytes, the file holds {body} bytes "
+                         f"after the header")
+    return header
+
+
+def check_rows(ids: np.ndarray, shape: TraceShape, path: str | os.PathLike, first: int = 0) -> None:
+    """Every row (position, layer) is all "no expert" or k distinct ids below n_expert; else an error naming the
+    position (counted from `first`) and layer."""
+    k, none = shape.n_expert_used, shape.none_id
+    for lo in range(0, ids.shape[0], ROWS_PER_STEP):
+        block = np.asarray(ids[lo:lo + ROWS_PER_STEP])
+        is_none = block == none
+        n_none = is_none.sum(axis=2)
+        partial = (n_none > 0) & (n_none < k)
+        outside = ((block >= shape.n_expert) | (block < 0)) & ~is_none
+        out = outside.any(axis=2)
+        ordered = np.sort(block, axis=2)
+        twice = ((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] != none)).any(axis=2)
+        bad = partial | out | twice
+        if not bad.any():
+            continue
+        p, il = (int(x) for x in np.argwhere(bad)[0])
+        row = block[p, il]
+        where = f"{path}: position {first + lo + p}, layer {il}"
+        if out[p, il]:
+            e = int(row[outside[p, il]][0])
+            raise InputError(f"{where}: expert id {e} is out of range (n_expert = {shape.n_expert})")
+        if twice[p, il]:
+            vals, counts = np.unique(row, return_counts=True)
+            raise InputError(f"{where}: expert {int(vals[counts > 1][0])} appears twice")
+        raise InputError(f'{where}: {int(n_none[p, il])} of {k} ids are "no expert" (expected all or none)')
+
+
+def read_header(path: str | os.PathLike) -> TraceHeader:
+    """The checked header of a trace file (a regular file only: a FIFO or device is refused, never read)."""
+    with open_regular(path, "a routing trace") as f:
+        size = os.fstat(f.fileno()).st_size
+        return check_header(f.read(HEADER_SIZE), size, path)
 
 
 def read_trace(path: str | os.PathLike, mmap: bool = True) -> RoutingTrace:
-    """Open a trace; with mmap the ids stay on disk until touched."""
+    """Open a trace: header and size checked first, then every row; with mmap the ids stay on disk."""
     path = Path(path)
-    with open(path, "rb") as f:
-        shape, flags, n_pos = _parse_header(f.read(HEADER_SIZE), path)
+    h = read_header(path)
+    shape, n_pos = h.shape, h.n_pos
     n = n_pos * shape.n_layer * shape.n_expert_used
-    need = HEADER_SIZE + n * shape.id_dtype.itemsize + (n * 2 if flags & FLAG_WEIGHTS else 0)
-    size = path.stat().st_size
-    if size < need:
-        raise ValueError(f"{path}: {size} bytes, the header promises {need} ({n_pos} positions)")
     dims = (n_pos, shape.n_layer, shape.n_expert_used)
     if mmap and n > 0:
         ids = np.memmap(path, dtype=shape.id_dtype, mode="r", offset=HEADER_SIZE, shape=dims)
     else:
         ids = np.fromfile(path, dtype=shape.id_dtype, count=n, offset=HEADER_SIZE).reshape(dims)
+    check_rows(ids, shape, path)
     weights = None
-    if flags & FLAG_WEIGHTS:
+    if h.flags & FLAG_WEIGHTS:
         off = HEADER_SIZE + n * shape.id_dtype.itemsize
         weights = np.fromfile(path, dtype="<f2", count=n, offset=off).reshape(dims)
-    return RoutingTrace(shape, ids, weights, synthetic=bool(flags & FLAG_SYNTHETIC))
+    return RoutingTrace(shape, ids, weights, synthetic=bool(h.flags & FLAG_SYNTHETIC))
 
 
 def write_trace(path: str | os.PathLike, trace: RoutingTrace) -> None:
@@ -111,9 +172,7 @@ def write_trace(path: str | os.PathLike, trace: RoutingTrace) -> None:
     ids = np.asarray(trace.ids)
     if ids.ndim != 3 or ids.shape[1:] != (s.n_layer, s.n_expert_used):
         raise ValueError(f"ids have shape {ids.shape}, expected (n_pos, {s.n_layer}, {s.n_expert_used})")
-    valid = ids[ids != s.none_id]
-    if valid.size and (valid.min() < 0 or valid.max() >= s.n_expert):
-        raise ValueError(f"expert ids must lie in [0, {s.n_expert}) or be {s.none_id} (none)")
+    check_rows(ids, s, path)
     flags = (FLAG_WEIGHTS if trace.weights is not None else 0) | (FLAG_SYNTHETIC if trace.synthetic else 0)
     header = pack_header(s, ids.shape[0], flags)
     with atomic_open(path, "wb") as f:
@@ -132,16 +191,17 @@ def pack_header(shape: TraceShape, n_pos: int, flags: int = 0) -> bytes:
 class TraceStream:
     """Appends id rows to an open trace file, checking shape and count (for traces too large for memory)."""
 
-    def __init__(self, fh: IO[bytes], shape: TraceShape, n_pos: int) -> None:
-        self._fh, self.shape, self.n_pos, self.written = fh, shape, n_pos, 0
+    def __init__(self, fh: IO[bytes], shape: TraceShape, n_pos: int, path: str | os.PathLike = "") -> None:
+        self._fh, self.shape, self.n_pos, self.written, self.path = fh, shape, n_pos, 0, path
 
     def write(self, ids: np.ndarray) -> None:
-        """Append rows [n, n_layer, k]; ids must be valid experts or the none id."""
+        """Append rows [n, n_layer, k]; every row must be valid (`check_rows`)."""
         s = self.shape
         if ids.ndim != 3 or ids.shape[1:] != (s.n_layer, s.n_expert_used):
             raise ValueError(f"ids have shape {ids.shape}, expected (n, {s.n_layer}, {s.n_expert_used})")
         if self.written + ids.shape[0] > self.n_pos:
             raise ValueError(f"writing past the {self.n_pos} positions promised by the header")
+        check_rows(ids, s, self.path, first=self.written)
         self._fh.write(np.ascontiguousarray(ids, dtype=s.id_dtype).tobytes())
         self.written += ids.shape[0]
 
@@ -152,7 +212,7 @@ def open_trace_stream(path: str | os.PathLike, shape: TraceShape, n_pos: int,
     """Write a trace chunk by chunk, atomically; fails (leaving no file) unless exactly n_pos rows are written."""
     with atomic_open(path, "wb") as f:
         f.write(pack_header(shape, n_pos, FLAG_SYNTHETIC if synthetic else 0))
-        stream = TraceStream(f, shape, n_pos)
+        stream = TraceStream(f, shape, n_pos, path)
         yield stream
         if stream.written != n_pos:
             raise ValueError(f"{path}: wrote {stream.written} positions, the header promises {n_pos}")

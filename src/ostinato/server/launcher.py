@@ -227,7 +227,7 @@ class LlamaServer:
 
 class ExternalServer:
     """An engine that runs elsewhere, reached by URL: the replay checks that it answers, but cannot start,
-    stop or restart it (a crash fails the rest of the session, and the next session waits for it to answer)."""
+    stop or restart it (after a crash the replay waits for it to answer again, then replays the session again)."""
 
     def __init__(self, base_url: str, api: str = "openai", model: str = "", health_path: str | None = None,
                  startup_timeout_s: float = 60.0):

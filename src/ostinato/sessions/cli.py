@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from ostinato.errors import InputError
 from ostinato.sessions.chat import DEFAULT_TEMPLATE, TEMPLATES, get_template
 from ostinato.sessions.model import TokenizedSession, write_sessions_jsonl
 from ostinato.sessions.readers import SOURCES, iter_source
@@ -55,6 +56,8 @@ def _register_build(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--max-context-tokens", type=_cap, default=None,
                    help="end a session before the request that would pass this context (e.g. the server's -c)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--allow-empty", action="store_true",
+                   help="write an empty file when no session has a request (default: an error)")
     b.add_argument("--out", required=True, type=Path, help="output JSONL file (one session per line)")
     b.set_defaults(func=run_build)
 
@@ -167,8 +170,16 @@ def run_build(args: argparse.Namespace) -> int:
         sessions = _selected(iter_source(args.source, mirror), keep, args.select)
         built = (tokenize_session(s, tokenizer, template, tokenizer_name=args.tokenizer, caps=caps,
                                   prefer_recorded=prefer, seed=args.seed) for s in sessions)
-    kept = [t for t in tqdm(built, desc=f"sessions {args.source}", unit="session", disable=args.no_progress,
-                            file=sys.stderr) if t.requests]
+    every = list(tqdm(built, desc=f"sessions {args.source}", unit="session", disable=args.no_progress,
+                      file=sys.stderr))
+    kept = [t for t in every if t.requests]
+    empty = [t.session_id for t in every if not t.requests]
+    if empty:
+        print(f"left out {len(empty)} sessions without a request (no assistant message answering user or tool "
+              f"input): {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}", file=sys.stderr)
+    if not kept and not args.allow_empty:
+        raise InputError(f"--source {args.source}: no session with a request in {mirror or table} ({len(every)} read; "
+                         f"--allow-empty writes an empty file)")
     if keep is not None:
         missing = sorted(set(keep) - {t.session_id for t in kept})
         if missing and not args.select:
@@ -214,6 +225,9 @@ def run_tables(args: argparse.Namespace) -> int:
             yield from session_rows(s, tokenizers)
 
     n = write_table(rows(), args.out, args.tokenizers)
+    if n == 0:
+        args.out.unlink()
+        raise InputError(f"--source {args.source}: no request in {args.mirror} ({counter['sessions']} sessions read)")
     if args.provenance is not None:
         from ostinato.sessions.provenance import table_entry, update_provenance
 

@@ -1,13 +1,24 @@
-"""Session data model: chat messages, agent requests and their tokenized form, with JSONL I/O."""
+"""Session data model: chat messages, agent requests and their tokenized form, with JSONL I/O.
+
+A sessions JSONL line has one definition, `session.schema.json` (plus the agreements `check_session_line` adds);
+every reader of these files (the replay, routing layouts, the simulator, the capacity test) goes through it.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator, Literal
+from typing import Callable, Iterable, Iterator, Literal
 
 from ostinato.atomic import atomic_open
+from ostinato.errors import InputError
+from ostinato.inputs import open_regular, parse_json
+from ostinato.schemas import first_error
+
+SESSION_SCHEMA = "session.schema.json"
 
 RequestKind = Literal["first", "tool", "user"]
 KINDS: tuple[str, ...] = ("first", "tool", "user")
@@ -80,17 +91,14 @@ class TokenizedRequest:
         }
 
     @classmethod
-    def from_json(cls, obj: dict) -> "TokenizedRequest":
-        """Parse one request object written by `to_json`."""
-        kind = obj["kind"]
-        if kind not in KINDS:
-            raise ValueError(f"request kind {kind!r} is not one of {KINDS}")
+    def from_json(cls, obj: dict, turn: int = 0) -> "TokenizedRequest":
+        """Parse one request object written by `to_json` (checked by `check_session_line`); `turn` if it has none."""
         return cls(
-            turn=int(obj["turn"]),
-            kind=kind,
-            new_token_ids=tuple(int(t) for t in obj["new_token_ids"]),
-            output_token_ids=tuple(int(t) for t in obj["output_token_ids"]),
-            n_output_recorded=None if obj.get("n_output_recorded") is None else int(obj["n_output_recorded"]),
+            turn=int(obj.get("turn", turn)),
+            kind=obj["kind"],
+            new_token_ids=tuple(obj["new_token_ids"]),
+            output_token_ids=tuple(obj["output_token_ids"]),
+            n_output_recorded=obj.get("n_output_recorded"),
         )
 
 
@@ -125,13 +133,13 @@ class TokenizedSession:
 
     @classmethod
     def from_json(cls, obj: dict) -> "TokenizedSession":
-        """Parse one session object written by `to_json`."""
+        """Parse one session object written by `to_json` (checked by `check_session_line`, with token ids)."""
         return cls(
-            session_id=str(obj["session"]),
-            source=str(obj.get("source", "")),
-            tokenizer=str(obj.get("tokenizer", "")),
-            template=str(obj.get("template", "")),
-            requests=tuple(TokenizedRequest.from_json(r) for r in obj["requests"]),
+            session_id=obj["session"],
+            source=obj.get("source", ""),
+            tokenizer=obj.get("tokenizer", ""),
+            template=obj.get("template", ""),
+            requests=tuple(TokenizedRequest.from_json(r, i) for i, r in enumerate(obj["requests"])),
             meta=dict(obj.get("meta") or {}),
         )
 
@@ -146,27 +154,115 @@ def write_sessions_jsonl(sessions: Iterable[TokenizedSession], path: Path) -> in
     return n
 
 
-def iter_sessions_jsonl(path: Path) -> Iterator[TokenizedSession]:
-    """Yield the sessions of a JSONL file written by `write_sessions_jsonl`."""
+@lru_cache(maxsize=1)
+def _vocab_sizes() -> dict[str, int]:
+    """Vocabulary size of each tokenizer name a session line may carry (deferred: ostinato.models loads more)."""
+    from ostinato.models.vocab import VOCAB_SIZES
+
+    return dict(VOCAB_SIZES)
+
+
+def check_session_line(obj: object) -> str | None:
+    """What is wrong with one parsed sessions line (`key '...': ...`), or None: the schema, then the agreements it
+    cannot state (counts and ids, n_requests, n_context, ids below the vocabulary of a known tokenizer)."""
+    err = first_error("ostinato.sessions", SESSION_SCHEMA, obj)
+    if err is not None:
+        return err
+    requests = obj["requests"]
+    if "n_requests" in obj and obj["n_requests"] != len(requests):
+        return f"key 'n_requests': {obj['n_requests']}, the line has {len(requests)} requests"
+    n_vocab = _vocab_sizes().get(obj.get("tokenizer", ""))
+    context = 0
+    for i, r in enumerate(requests):
+        for ids, count in (("new_token_ids", "n_new"), ("output_token_ids", "n_output")):
+            if ids in r and count in r and len(r[ids]) != r[count]:
+                return f"key 'requests[{i}].{count}': {r[count]}, but {ids} holds {len(r[ids])}"
+            if ids in r and n_vocab is not None and r[ids] and max(r[ids]) >= n_vocab:
+                bad = next(j for j, t in enumerate(r[ids]) if t >= n_vocab)
+                return (f"key 'requests[{i}].{ids}[{bad}]': token id {r[ids][bad]} is outside the {obj['tokenizer']} "
+                        f"vocabulary ({n_vocab} tokens)")
+        context += len(r["new_token_ids"]) if "new_token_ids" in r else r["n_new"]
+        context += len(r["output_token_ids"]) if "output_token_ids" in r else r["n_output"]
+    if "n_context" in obj and obj["n_context"] != context:
+        return f"key 'n_context': {obj['n_context']}, the requests hold {context} tokens"
+    return None
+
+
+def _where(path: Path, lineno: int, obj: object) -> str:
+    """`file:line: session <id>` (the session when the line names one)."""
+    sid = obj.get("session") if isinstance(obj, dict) else None
+    return f"{path}:{lineno}: session {sid}" if isinstance(sid, str) and sid else f"{path}:{lineno}"
+
+
+OnBad = Callable[[InputError], None]
+
+
+def _numbered_lines(path: str | os.PathLike, on_bad: OnBad | None,
+                    need_ids: bool) -> Iterator[tuple[int, dict]]:
+    """(line number, checked object) of each non-blank line; see `iter_session_lines`."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"sessions file {path} does not exist (expected JSON lines from `ostinato sessions build`)")
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    with open_regular(path, "a sessions JSONL file") as fh:
+        for lineno, raw in enumerate(fh, 1):
             try:
-                yield TokenizedSession.from_json(json.loads(line))
-            except (KeyError, TypeError, json.JSONDecodeError) as exc:
-                raise ValueError(f"{path}:{lineno}: not a session line ({exc})") from exc
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InputError(f"{path}:{lineno}: not UTF-8 text (byte {exc.start})") from None
+                if not text.strip():
+                    continue
+                obj = parse_json(text, f"{path}:{lineno}", "one session per line")
+                err = check_session_line(obj)
+                if err is None and need_ids:
+                    counts = [i for i, r in enumerate(obj["requests"])
+                              if "new_token_ids" not in r or "output_token_ids" not in r]
+                    if counts:
+                        err = (f"key 'requests[{counts[0]}]': token counts without token ids (a replay sends "
+                               f"new_token_ids and output_token_ids: `ostinato sessions build` writes them)")
+                if err is not None:
+                    raise InputError(f"{_where(path, lineno, obj)}: {err}")
+            except InputError as exc:
+                if on_bad is None:
+                    raise
+                on_bad(exc)
+                continue
+            yield lineno, obj
 
 
-def read_sessions_jsonl(path: Path) -> list[TokenizedSession]:
-    """Return all sessions of a JSONL file; duplicate session ids are an error."""
-    sessions = list(iter_sessions_jsonl(path))
+def iter_session_lines(path: str | os.PathLike, on_bad: OnBad | None = None) -> Iterator[dict]:
+    """Yield the checked objects of a sessions JSONL file (blank lines skipped). A bad line raises an InputError
+    naming the file, the line and the session, or, with `on_bad`, is passed to it and skipped."""
+    for _, obj in _numbered_lines(path, on_bad, need_ids=False):
+        yield obj
+
+
+def iter_sessions_jsonl(path: Path, on_bad: OnBad | None = None) -> Iterator[TokenizedSession]:
+    """Yield the sessions of a JSONL file written by `write_sessions_jsonl` (every request with its token ids)."""
+    for _, obj in _numbered_lines(path, on_bad, need_ids=True):
+        yield TokenizedSession.from_json(obj)
+
+
+def read_sessions_jsonl(path: Path, on_bad: OnBad | None = None) -> list[TokenizedSession]:
+    """Return all sessions of a JSONL file; a second line with a session id already seen is bad too (an error, or
+    `on_bad`'s and skipped)."""
+    sessions: list[TokenizedSession] = []
     seen: set[str] = set()
-    for s in sessions:
-        if s.session_id in seen:
-            raise ValueError(f"{path}: duplicate session id {s.session_id!r}")
-        seen.add(s.session_id)
+    for lineno, obj in _numbered_lines(path, on_bad, need_ids=True):
+        if obj["session"] in seen:
+            exc = InputError(f"{path}:{lineno}: session {obj['session']}: duplicate session id")
+            if on_bad is None:
+                raise exc
+            on_bad(exc)
+            continue
+        seen.add(obj["session"])
+        sessions.append(TokenizedSession.from_json(obj))
     return sessions
+
+
+def iter_session_counts(path: str | os.PathLike) -> Iterator[tuple[str, list[tuple[str, int, int]]]]:
+    """Yield (session id, [(kind, n_new, n_output) per request]) of a sessions JSONL file, ids or counts."""
+    for obj in iter_session_lines(path):
+        yield obj["session"], [
+            (r["kind"], len(r["new_token_ids"]) if "new_token_ids" in r else r["n_new"],
+             len(r["output_token_ids"]) if "output_token_ids" in r else r["n_output"]) for r in obj["requests"]]

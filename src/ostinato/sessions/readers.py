@@ -1,4 +1,8 @@
-"""Readers of public agent traces (mini-swe-agent `.traj.json`, tau2-bench simulations) into sessions."""
+"""Readers of public agent traces (mini-swe-agent `.traj.json`, tau2-bench simulations) into sessions.
+
+Each reader checks its format (tau2: `tau2.schema.json`; roles: each format's own) and refuses another agent
+format by name (`ostinato.sessions.formats`); errors name the file and the session.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ostinato.errors import InputError
+from ostinato.inputs import load_json
+from ostinato.schemas import first_error
+from ostinato.sessions import formats
 from ostinato.sessions.model import Message, Request, RequestKind, Session
 
 SOURCES: tuple[str, ...] = ("swe-mini", "tau2", "swe-rebench")
@@ -45,7 +53,7 @@ def split_requests(messages: list[Message], kind_after: Callable[[Message], Requ
 
 # --- mini-swe-agent -------------------------------------------------------------------------------
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace file that does not have the expected shape; the message names the file and the session."""
 
 
@@ -62,14 +70,25 @@ def _int_or_none(value: object) -> int | None:
     return int(value)
 
 
-def check_messages(raw: object, path: Path, session_id: str) -> list[dict]:
-    """Return a trace's message list, or raise naming the file and session when it is not one."""
+def check_messages(raw: object, path: Path, session_id: str, roles: tuple[str, ...]) -> list[dict]:
+    """Return a trace's message list, or raise naming the file and session when it is not one, or when a role is
+    not one of the format's `roles`."""
     if not isinstance(raw, list):
         raise malformed(path, session_id, "expected a list of messages")
     for i, m in enumerate(raw):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise malformed(path, session_id, f"message {i} is not an object with a string 'role'")
+        if m["role"] not in roles:
+            raise malformed(path, session_id, f"message {i}: role {m['role']!r} is not one of {', '.join(roles)}")
     return raw
+
+
+def load_trace(path: Path, session_id: str | None, what: str) -> object:
+    """The JSON document of a trace file (a regular file, strict JSON), or a TraceError naming file and session."""
+    try:
+        return load_json(path, what)
+    except InputError as exc:
+        raise malformed(path, session_id, str(exc).removeprefix(f"{path}: ")) from None
 
 
 def _swe_mini_completion_tokens(msg: dict) -> int | None:
@@ -80,18 +99,21 @@ def _swe_mini_completion_tokens(msg: dict) -> int | None:
     return _int_or_none(usage.get("completion_tokens")) if isinstance(usage, dict) else None
 
 
+SWE_MINI_ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+
 def read_swe_mini(path: Path) -> Session:
     """Read one mini-swe-agent `.traj.json`; every user message after the task is a tool observation."""
     path = Path(path)
     name = path.name.removesuffix(".traj.json")
     sid = f"swe-mini/{name}"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise malformed(path, sid, f"not a JSON file ({exc})") from exc
+    data = load_trace(path, sid, "a mini-swe-agent trajectory")
+    other = formats.other_format(path, data, formats.MINI_SWE_AGENT)
+    if other is not None:
+        raise TraceError(other)
     if not isinstance(data, dict) or "messages" not in data:
-        raise malformed(path, sid, "not a mini-swe-agent trajectory (no 'messages')")
-    raw = check_messages(data["messages"], path, sid)
+        raise malformed(path, sid, f"not a mini-swe-agent trajectory (no 'messages'); {formats.READ}")
+    raw = check_messages(data["messages"], path, sid, SWE_MINI_ROLES)
     messages = [
         Message(role=m["role"], content=_text(m.get("content")),
                 completion_tokens=_swe_mini_completion_tokens(m) if m["role"] == "assistant" else None)
@@ -122,29 +144,34 @@ class Tau2File:
     simulations: list[dict]
 
 
+def _get(d: object, *keys: str) -> object:
+    """d[k0][k1]... through objects only (None where a level is missing or not an object)."""
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
 def _tau2_domain(path: Path, data: object) -> str | None:
     """Return the tau2 domain of a results file from its info, its fields or its file name."""
-    if isinstance(data, dict):
-        env = (data.get("info") or {}).get("environment_info") or {}
-        if env.get("domain_name"):
-            return str(env["domain_name"])
-        if data.get("domain"):
-            return str(data["domain"])
-        task = data.get("task") or {}
-        dom = ((task.get("user_scenario") or {}).get("instructions") or {}).get("domain")
-        if dom:
-            return str(dom)
+    for value in (_get(data, "info", "environment_info", "domain_name"), _get(data, "domain"),
+                  _get(data, "task", "user_scenario", "instructions", "domain")):
+        if isinstance(value, str) and value:
+            return value
     found = [d for d in TAU2_DOMAINS if d in path.name.lower()]
     return found[0] if len(found) == 1 else None
 
 
+TAU2_SCHEMA = "tau2.schema.json"
+
+
 def load_tau2_file(path: Path) -> Tau2File:
-    """Load a tau2 results file of any of the three shapes (dict with simulations, list, single run)."""
+    """Load a tau2 results file of any of the three shapes (dict with simulations, list, single run); every
+    simulation must be one (`tau2.schema.json`), and another agent format is refused by name."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise malformed(path, None, f"not a JSON file ({exc})") from exc
+    data = load_trace(path, None, "tau2-bench simulations")
+    other = formats.other_format(path, data, formats.TAU2)
+    if other is not None:
+        raise TraceError(other)
     if isinstance(data, list):
         sims = data
     elif isinstance(data, dict) and "simulations" in data:
@@ -152,12 +179,19 @@ def load_tau2_file(path: Path) -> Tau2File:
     elif isinstance(data, dict) and "simulation_run" in data:
         sims = [data["simulation_run"]]
     else:
-        raise malformed(path, None, "expected tau2 'simulations', a list of simulations or 'simulation_run'")
+        raise malformed(path, None, f"expected tau2 'simulations', a list of simulations or 'simulation_run'; "
+                                    f"{formats.READ}")
     if not isinstance(sims, list):
         raise malformed(path, None, "tau2 'simulations' is not a list")
+    for idx, sim in enumerate(sims):
+        err = first_error("ostinato.sessions", TAU2_SCHEMA, sim)
+        if err is not None:
+            raise malformed(path, f"tau2/{path.stem}/{idx:03d}", f"not a tau2-bench simulation ({err})")
     policy = None
     if isinstance(data, dict):
-        policy = ((data.get("info") or {}).get("environment_info") or {}).get("policy")
+        info = data.get("info")
+        env = info.get("environment_info") if isinstance(info, dict) else None
+        policy = env.get("policy") if isinstance(env, dict) and isinstance(env.get("policy"), str) else None
     return Tau2File(path=path, domain=_tau2_domain(path, data), policy=policy, simulations=list(sims))
 
 
@@ -180,17 +214,12 @@ def _tau2_agent_messages(raw: list[dict]) -> list[Message]:
 
 
 def tau2_sessions(tf: Tau2File, policy: str | None = None) -> list[Session]:
-    """Return the sessions of one tau2 file; the agent policy (system prompt) opens each session."""
+    """Return the sessions of one tau2 file (`load_tau2_file`); the agent policy (system prompt) opens each."""
     system = tf.policy or policy
     sessions = []
     for idx, sim in enumerate(tf.simulations):
         sid = f"tau2/{tf.path.stem}/{idx:03d}"
-        if not isinstance(sim, dict):
-            raise malformed(tf.path, sid, "simulation is not an object")
-        raw = check_messages(sim.get("messages"), tf.path, sid)
-        for i, m in enumerate(raw):
-            if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
-                raise malformed(tf.path, sid, f"message {i}: 'tool_calls' is not a list")
+        raw = sim["messages"]  # checked by load_tau2_file
         messages = _tau2_agent_messages(raw)
         if system:
             messages = [Message(role="system", content=system), *messages]

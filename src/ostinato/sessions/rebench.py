@@ -13,11 +13,15 @@ import json
 from pathlib import Path
 from typing import Iterator
 
+from ostinato.errors import InputError
+from ostinato.inputs import parse_json, read_text
+from ostinato.sessions import formats
 from ostinato.sessions.model import Message, Session
-from ostinato.sessions.readers import _text, check_messages, malformed, split_requests
+from ostinato.sessions.readers import TraceError, _text, check_messages, malformed, split_requests
 
 SOURCE = "swe-rebench"
 SUFFIXES: tuple[str, ...] = (".jsonl", ".json")
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 
 def _content_text(value: object) -> str:
@@ -36,7 +40,7 @@ def _tool_call(call: object, path: Path, sid: str, index: int) -> dict:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             pass  # keep the recorded string
     return {"name": fn["name"], "arguments": args}
 
@@ -70,14 +74,17 @@ def rebench_session(row: object, path: Path, index: int) -> Session:
         row = row["row"]
     if not isinstance(row, dict):
         raise malformed(path, f"{SOURCE}/row{index:05d}", "row is not an object")
+    other = formats.other_format(f"{path}: row {index}", row, formats.SWE_REBENCH)
+    if other is not None:
+        raise TraceError(other)
     sid = f"{SOURCE}/{_row_id(row, index)}"
     raw = row.get("trajectory")
     if isinstance(raw, str):  # some exports keep the list as a JSON string
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise malformed(path, sid, f"'trajectory' is a string but not JSON ({exc})") from exc
-    raw = check_messages(raw, path, sid)
+            raw = parse_json(raw, "'trajectory'", "a JSON list of messages")
+        except InputError as exc:
+            raise malformed(path, sid, f"a string but not JSON: {exc}") from None
+    raw = check_messages(raw, path, sid, ROLES)
     requests = split_requests(_messages(raw, path, sid),
                               kind_after=lambda m: "user" if m.role == "user" else "tool")
     meta = {"file": path.name, "instance_id": str(row.get("instance_id", ""))}
@@ -91,18 +98,22 @@ def _rows(path: Path) -> list[object]:
     if path.suffix == ".parquet":
         raise malformed(path, None, "parquet is not read here (no pyarrow); export the rows as JSON lines")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, "SWE-rebench rows")
         if path.suffix == ".jsonl":
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        data = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise malformed(path, None, f"not JSON rows ({exc})") from exc
+            return [parse_json(line, f"{path}:{i}", "one row per line")
+                    for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+        data = parse_json(text, str(path), "SWE-rebench rows")
+    except InputError as exc:
+        raise TraceError(str(exc)) from None
     if isinstance(data, dict) and isinstance(data.get("rows"), list):
         return data["rows"]
     if isinstance(data, dict) and "trajectory" in data:
         return [data]
     if not isinstance(data, list):
-        raise malformed(path, None, "expected a list of rows with 'trajectory' (or {'rows': [...]})")
+        other = formats.other_format(path, data, formats.SWE_REBENCH)
+        if other is not None:
+            raise TraceError(other)
+        raise malformed(path, None, f"expected a list of rows with 'trajectory' (or {{'rows': [...]}}); {formats.READ}")
     return data
 
 

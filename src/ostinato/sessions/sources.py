@@ -9,10 +9,12 @@ from counts). No reachable source and no table is an error naming the source and
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ostinato.atomic import atomic_open
+from ostinato.errors import InputError
+from ostinato.inputs import load_json
 from ostinato.sessions.download import ChecksumError, DownloadError, Fetched, Request, cached, fetch, github_archive_url
 
 DEFAULT_CACHE = Path("results/sessions/mirror")
@@ -189,9 +191,13 @@ def write_manifest(resolved: Resolved, path: Path) -> None:
 
 def read_manifest(path: Path) -> Resolved:
     """Read a manifest written by `write_manifest`; a download cache reads as the mirror it is (mode `mirror`)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if data.get("mode") not in ("mirror", "download", "tables"):
-        raise ValueError(f"{path}: not a traces manifest (mode {data.get('mode')!r})")
+    data = load_json(path, "a traces manifest (`ostinato sessions get`)")
+    if not isinstance(data, dict) or data.get("mode") not in ("mirror", "download", "tables"):
+        raise InputError(f"{path}: not a traces manifest (key 'mode': expected mirror, download or tables)")
     if data["mode"] == "download":
         data = {**data, "mode": "mirror", "note": f"download cache: {data.get('note', '')}"}
-    return Resolved(**data)
+    keys = [f.name for f in fields(Resolved)]
+    wrong = [k for k in ("source", "path", "url", "note") if not isinstance(data.get(k), str)]
+    if wrong:
+        raise InputError(f"{path}: not a traces manifest (key '{wrong[0]}': expected a string)")
+    return Resolved(**{k: str(data[k]) for k in keys if k in data})

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from ostinato.atomic import atomic_open
+from ostinato.errors import InputError
+from ostinato.inputs import load_json
 from ostinato.sessions.tables import TurnRow
 
 
@@ -153,8 +155,8 @@ def read_splits(path: Path) -> dict[str, SplitSet]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"split file {path} does not exist (made by `ostinato sessions split`)")
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc = load_json(path, "a split file (`ostinato sessions split`)")
     try:
         return {name: SplitSet(**s) for name, s in doc["sets"].items()}
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a split file ({exc})") from exc
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{path}: not a split file (key 'sets': {exc})") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 from tqdm import tqdm
 
 from ostinato.costmodel.decode import LayerCosts
+from ostinato.errors import InputError
 from ostinato.sim.session import Request, simulate_session
 from ostinato.sim.params import SimParams
 from ostinato.routing.trace import trace_filename
@@ -23,28 +23,23 @@ def read_sessions(path: str | os.PathLike) -> list[tuple[str, list[Request]]]:
     """(session id, requests) from a sessions JSONL file or a routing directory's manifest.json.
 
     Both list per session its requests with kind, n_new and n_output (a sessions JSONL one session per line,
-    a trace manifest under its "sessions" key).
+    checked as every reader checks it; a trace manifest under its "sessions" key).
     """
+    from ostinato.routing.layout import read_manifest_layouts
+    from ostinato.sessions.model import iter_session_counts
+
     path = Path(path)
     if path.is_dir():
         path = path / "manifest.json"
     if not path.is_file():
         raise FileNotFoundError(f"sessions: {path} not found (a sessions JSONL or a routing manifest.json)")
     if path.name == "manifest.json":
-        docs = json.loads(path.read_text(encoding="utf-8")).get("sessions")
-        if not docs:
-            raise ValueError(f"{path}: the trace manifest lists no sessions (key 'sessions')")
+        layouts, _ = read_manifest_layouts(path)
+        out = [(lay.session, [Request(r.kind, r.n_new, r.n_output) for r in lay.requests]) for lay in layouts]
     else:
-        with open(path, encoding="utf-8") as f:
-            docs = [json.loads(line) for line in f if line.strip()]
-    out = []
-    for d in docs:
-        try:
-            out.append((d["session"], [Request(r["kind"], int(r["n_new"]), int(r["n_output"]))
-                                       for r in d["requests"]]))
-        except KeyError as e:
-            raise ValueError(f"{path}: session {d.get('session', '?')!r} lacks key {e} "
-                             "(expected session, requests[kind, n_new, n_output])") from None
+        out = [(sid, [Request(*c) for c in counts]) for sid, counts in iter_session_counts(path)]
+    if not out:
+        raise InputError(f"{path}: no sessions")
     return out
 
 
