@@ -7,6 +7,8 @@ environment variables OSTINATO_ENGINE_BIN_DIR and OSTINATO_TINY_MODEL) and skip 
 
 from __future__ import annotations
 
+import dataclasses
+
 import importlib.util
 import json
 import os
@@ -483,7 +485,8 @@ def test_real_server_teacher_forced_routing(llama_server_paths, tmp_path):
                     random_trace(shape, n_pos, [0, 1, 2, 3], seed=int(s.session_id[-1])))
     cfg = ReplayConfig("stock", tmp_path / "out", machine="test", progress=False,
                        routing_force_dir=tmp_path / "force", routing_record_dir=tmp_path / "rec")
-    with LlamaServer(real_config(llama_server_paths, tmp_path)) as server:
+    server_cfg = dataclasses.replace(real_config(llama_server_paths, tmp_path), routing_dir=cfg.routing_dir())
+    with LlamaServer(server_cfg) as server:
         summary = run_replay(sessions, server, cfg)
     assert summary.done == ["test/s0", "test/s1"], summary.failed
     for s in sessions:
