@@ -1,0 +1,44 @@
+"""`ostinato peers build`: build a pinned peer engine's server from its source (engine/peers.json)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ostinato.engine.backend import resolve_backend
+from ostinato.peers.build import PeerBuildRequest, build_peer
+from ostinato.peers.pin import PEERS_FILE, load_peers
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `peers` group with `build`."""
+    group = subparsers.add_parser("peers", help="peer engines from pinned sources (engine/peers.json)")
+    sub = group.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="check a peer's source against its pin and build its server with CMake")
+    b.add_argument("name", help="the peer, a key of engines in engine/peers.json (e.g. ik_llama.cpp)")
+    b.add_argument("--src", required=True, type=Path,
+                   help="a git repository at the pinned commit (bare or a work tree), or a plain copy of its files")
+    b.add_argument("--out", type=Path, default=None,
+                   help="build directory: tree/, cmake/, bin/, manifest.json, build.log (default build/peers/NAME/BACKEND)")
+    b.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (default) or cuda (needs nvcc; the GPU machine)")
+    b.add_argument("--cuda-arch", default=None, help="with --backend cuda: CMAKE_CUDA_ARCHITECTURES (default: the GPU's)")
+    b.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel compile jobs (default: all cores)")
+    b.add_argument("--pins", type=Path, default=PEERS_FILE, help=f"the pin file (default {PEERS_FILE})")
+    b.set_defaults(func=build_cmd)
+
+
+def build_cmd(args: argparse.Namespace) -> int:
+    """Handler of `peers build`."""
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if not args.pins.is_file():
+        raise FileNotFoundError(f"--pins {args.pins} not found (run from the repository root or pass --pins)")
+    pin = load_peers(args.pins).engine(args.name)
+    backend = resolve_backend(args.backend, args.cuda_arch)
+    out = args.out if args.out is not None else Path("build") / "peers" / args.name / backend.name
+    manifest = build_peer(PeerBuildRequest(pin=pin, src=args.src.resolve(), out=out, backend=backend, jobs=args.jobs))
+    for path, digest in manifest.binaries.items():
+        print(f"{out.resolve() / path}  sha256 {digest}")
+    return 0
