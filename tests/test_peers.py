@@ -225,3 +225,14 @@ def test_ik_llama_replay_by_url(ik_server, tmp_path, capsys):
     assert recs[1]["n_prompt"] == len(s0[0].new_token_ids) + len(s0[0].output_token_ids) + len(s0[1].new_token_ids)
     assert recs[0]["server"]["prompt_n"] == len(s0[0].new_token_ids)  # the slot was erased: nothing cached
     assert recs[2]["server"]["prompt_n"] == len(sessions[1].requests[0].new_token_ids)  # erased between sessions
+
+
+def test_carried_wheels_fit_a_device_call():
+    """The wheels the GPU probe carries, with the working tree, stay well inside a call's 64 MiB."""
+    peers = load_peers(REPO / PEERS_FILE)
+    carried = [w for w in peers.wheels["freetoken"] if w.carry]
+    assert carried[0].name == "freetoken" and carried[0].version == "0.2.1"
+    assert sum(w.size for w in carried) < 32 * 2**20
+    assert not any(w.carry for w in peers.wheels["ktransformers"])  # each about 97 MiB
+    assert all(len(w.sha256) == 64 for ws in peers.wheels.values() for w in ws)
+    compile((REPO / "scripts" / "peers" / "probe_gpu.py").read_text(), "probe_gpu.py", "exec")

@@ -1,4 +1,5 @@
-"""`ostinato peers build`: build a pinned peer engine's server from its source (engine/peers.json)."""
+"""`ostinato peers build|wheels`: build a pinned peer engine's server from its source, or fetch a Python peer's
+pinned wheels (engine/peers.json)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 from ostinato.engine.backend import resolve_backend
 from ostinato.peers.build import PeerBuildRequest, build_peer
 from ostinato.peers.pin import PEERS_FILE, load_peers
+from ostinato.peers.wheels import fetch_wheels
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `peers` group with `build`."""
+    """Add the `peers` group with `build` and `wheels`."""
     group = subparsers.add_parser("peers", help="peer engines from pinned sources (engine/peers.json)")
     sub = group.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="check a peer's source against its pin and build its server with CMake")
@@ -27,6 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel compile jobs (default: all cores)")
     b.add_argument("--pins", type=Path, default=PEERS_FILE, help=f"the pin file (default {PEERS_FILE})")
     b.set_defaults(func=build_cmd)
+    w = sub.add_parser("wheels", help="download a Python peer's pinned wheels (those small enough to carry) and "
+                                      "check their sha256")
+    w.add_argument("name", help="the peer, a key of wheels in engine/peers.json (freetoken, ktransformers)")
+    w.add_argument("--dest", required=True, type=Path, help="directory for the wheels (e.g. .carry/peers/wheels)")
+    w.add_argument("--all", action="store_true", help="also the wheels marked carry: false (too large to carry)")
+    w.add_argument("--pins", type=Path, default=PEERS_FILE, help=f"the pin file (default {PEERS_FILE})")
+    w.set_defaults(func=wheels_cmd)
 
 
 def build_cmd(args: argparse.Namespace) -> int:
@@ -41,4 +50,18 @@ def build_cmd(args: argparse.Namespace) -> int:
     manifest = build_peer(PeerBuildRequest(pin=pin, src=args.src.resolve(), out=out, backend=backend, jobs=args.jobs))
     for path, digest in manifest.binaries.items():
         print(f"{out.resolve() / path}  sha256 {digest}")
+    return 0
+
+
+def wheels_cmd(args: argparse.Namespace) -> int:
+    """Handler of `peers wheels`."""
+    if not args.pins.is_file():
+        raise FileNotFoundError(f"--pins {args.pins} not found (run from the repository root or pass --pins)")
+    peers = load_peers(args.pins)
+    if args.name not in peers.wheels:
+        raise ValueError(f"no pinned wheels for {args.name!r} in {args.pins}; known: {', '.join(sorted(peers.wheels))}")
+    chosen = [w for w in peers.wheels[args.name] if w.carry or args.all]
+    paths = fetch_wheels(chosen, args.dest)
+    total = sum(p.stat().st_size for p in paths)
+    print(f"{len(paths)} wheel(s) of {args.name} in {args.dest}, {total / 2**20:.1f} MiB, sha256 as pinned")
     return 0

@@ -48,6 +48,7 @@ class WheelPin:
     sha256: str
     size: int
     role: str = ""  # why it is there: the peer itself, or which of its Requires-Dist it fills
+    carry: bool = True  # small enough to carry to the GPU machine (64 MiB a call with the working tree)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ def load_peers(path: Path) -> PeersPin:
     for peer, rows in data.get("wheels", {}).items():
         try:
             wheels[peer] = [WheelPin(name=w["name"], version=w["version"], file=w["file"], sha256=w["sha256"],
-                                     size=int(w["size"]), role=w.get("role", "")) for w in rows]
+                                     size=int(w["size"]), role=w.get("role", ""), carry=bool(w.get("carry", True)))
+                            for w in rows]
         except KeyError as exc:
             raise ValueError(f"{path}: wheels.{peer} has a row without {exc.args[0]!r}") from None
     return PeersPin(engines, wheels)
