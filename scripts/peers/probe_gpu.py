@@ -303,6 +303,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--deadline", type=float, required=True)
     args = ap.parse_args()
+    # the wrapper's `timeout` sends SIGTERM: unwind, so a started server's process group is stopped on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     p = Probe(args.out, args.deadline)
     env = probe_env(p)
     p.result["env"] = env
