@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from ostinato.engine.backend import resolve_backend
@@ -46,6 +47,8 @@ def build_cmd(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--pins {args.pins} not found (run from the repository root or pass --pins)")
     pin = load_peers(args.pins).engine(args.name)
     backend = resolve_backend(args.backend, args.cuda_arch)
+    if backend.name == "cpu":
+        backend = replace(backend, reason="--backend cpu")
     out = args.out if args.out is not None else Path("build") / "peers" / args.name / backend.name
     manifest = build_peer(PeerBuildRequest(pin=pin, src=args.src.resolve(), out=out, backend=backend, jobs=args.jobs))
     for path, digest in manifest.binaries.items():

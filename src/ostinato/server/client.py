@@ -151,8 +151,8 @@ def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_cou
         out.error = "stream ended without a final chunk (stop=true)"
     elif out.t_first_token is None and out.n_output > 0:
         out.error = ("no chunk carried a token" if text_chunks else
-                     "no chunk carried a token id (a server without llama-server's `tokens` in its stream, such as a "
-                     "llama.cpp fork, cannot replay forced outputs: use --api llama-generate)")
+                     "no chunk carried a token id (a server that streams no token ids, such as a llama.cpp fork, "
+                     "cannot replay forced outputs: use --api llama-generate)")
     else:
         out.success = True
     return out
