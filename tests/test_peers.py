@@ -162,7 +162,8 @@ def ik_server(request, tmp_path_factory):
     log = open(tmp / "server.log", "wb")
     proc = subprocess.Popen([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "1024",
                              "-t", "2", "-np", "1", "--slot-save-path", str(tmp / "slots")],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            cwd=tmp)  # ik's server writes llama.log into its working directory
     (tmp / "slots").mkdir()
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
