@@ -8,7 +8,7 @@ by its deadline still leaves what it found:
   imports     freetoken, its compiled extensions and its server module, under the machine's torch
   rebuild     only when freetoken.kernel._pinned_tensor fails to load: rebuilt from the wheel's own source
               (kernel/csrc/pinned_tensor.cpp) against the machine's torch with torch.utils.cpp_extension
-  serve       `python3 -m freetoken serve` on the tiny qwen3moe GGUF (MXFP4 experts, then F32), /health,
+  serve       `ft serve` (python3 -m freetoken.cli serve) on the tiny qwen3moe GGUF (MXFP4, then F32), /health,
               /v1/models and one /v1/completions; the server is stopped after
   ktransformers  what KTransformers 0.7.2 would need here (its wheels are not carried): torch 2.9.1 and
               CUDA 12's libcudart.so.12 / libcublas.so.12
@@ -249,9 +249,10 @@ def _imports(p: Probe, name: str, env: dict, modules: list[str]) -> dict:
 
 
 def _serve(p: Probe, model: Path, env: dict, tmp: Path) -> bool:
-    """Start `python3 -m freetoken serve` on `model`, ask it for a completion, stop it; True if it answered."""
+    """Start `ft serve` (`python3 -m freetoken.cli serve`) on `model`, ask it for completions, stop it; True if it
+    answered."""
     port = _free_port()
-    cmd = [sys.executable, "-m", "freetoken", "serve", "--model-path", str(model), "--host", "127.0.0.1",
+    cmd = [sys.executable, "-m", "freetoken.cli", "serve", "--model-path", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--max-running-requests", "1", "--max-seq-len-override", "2048",
            "--memory-ratio", "0.2"]
     log_path = p.out / "freetoken_serve.log"
