@@ -102,7 +102,7 @@ print(json.dumps(info))
 
 IMPORT_SNIPPET = r"""
 import importlib, json, sys, traceback
-mods = sys.argv[1:]
+out, mods = sys.argv[1], sys.argv[2:]
 res = {}
 try:
     import torch  # first, as freetoken does: its extensions resolve libtorch and libcudart from torch's libraries
@@ -114,8 +114,8 @@ for m in mods:
         res[m] = {"ok": True, "file": getattr(mod, "__file__", None), "version": getattr(mod, "__version__", None)}
     except BaseException as exc:
         res[m] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:1500],
-                  "traceback_tail": traceback.format_exc()[-1500:]}
-print(json.dumps(res))
+                  "traceback_tail": traceback.format_exc()[-1200:]}
+    open(out, "w").write(json.dumps(res))  # after each module: a crash in the next keeps the earlier ones
 """
 
 REBUILD_SNIPPET = r"""
@@ -238,11 +238,14 @@ def probe_freetoken(p: Probe, carry: Path, tmp: Path, wheels: list[Path]) -> Non
 
 
 def _imports(p: Probe, name: str, env: dict, modules: list[str]) -> dict:
-    rec = p.run(name, [sys.executable, "-c", IMPORT_SNIPPET, *modules], 90, env=env)
+    """Import each module in one fresh interpreter (torch first); the result per module, also in the step."""
+    result_file = p.out / f"{name}.tmp.json"
+    rec = p.run(name, [sys.executable, "-c", IMPORT_SNIPPET, str(result_file), *modules], 90, env=env)
     try:
-        res = json.loads(rec["stdout_tail"].strip().splitlines()[-1])
-    except (IndexError, ValueError):
+        res = json.loads(result_file.read_text())
+    except (OSError, ValueError):
         res = {}
+    result_file.unlink(missing_ok=True)
     rec["result"] = res
     p.save()
     return res
