@@ -168,6 +168,22 @@ def test_engine_reached_by_url_in_the_replay(tmp_path):
     assert proc.returncode != 0 and "replay.engines.vllm" in proc.stdout + proc.stderr
 
 
+def test_llama_fork_reached_by_url_in_the_replay(tmp_path):
+    """A llama.cpp fork without our replay fields (ik_llama.cpp) runs beside the others as api llama-generate."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["replay"]["engines"]["ik_llama.cpp"] = {"url": "http://127.0.0.1:8090", "api": "llama-generate"}
+    path = tmp_path / "ik.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("results/replay/tau2-few/ik_llama.cpp.sessions.csv", "-n", "-p", "--forceall", "--cores", "1",
+                      "--configfile", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--server-url http://127.0.0.1:8090 --api llama-generate" in proc.stdout
+    cfg["replay"]["engines"]["ik_llama.cpp"] = {"variant": "stock", "api": "llama-generate"}
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("-n", "--configfile", str(path), "--cores", "1")
+    assert proc.returncode != 0 and "api llama-generate needs url" in proc.stdout + proc.stderr
+
+
 def test_gpu_config_dag_and_result_sources(tmp_path):
     """config/h200.yaml merges into the default and reaches every result; Table 4 takes Qwen series only."""
     proc = _snakemake("results/figures/table3.params.yaml", "results/figures/table4.params.yaml", "figures/table3.pdf",
