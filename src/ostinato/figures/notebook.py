@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ostinato.figures.results import CompareOptions
-from ostinato.figures.runs import Runs, load_series
+from ostinato.figures.runs import Runs, empty_runs, load_series, split_correctness
 from ostinato.figures.style import apply_style, save_figure
 from ostinato.tables import save_table
 
@@ -67,11 +67,14 @@ class ResultParams:
 
 @dataclass
 class ResultNotebook:
-    """A result notebook after set-up: its parameters, series and the paper's data folder."""
+    """A result notebook after set-up: its parameters, its speed series (`runs`: GPU replays, the shipped reference
+    runs, the simulator), the correctness runs set apart from them (`correctness`: replays that ran CPU-only, whose
+    times are no speed measurement) and the paper's data folder."""
 
     output_stem: str
     params: ResultParams
     runs: Runs
+    correctness: Runs = field(default_factory=empty_runs)
 
     @property
     def paper(self) -> Path:
@@ -97,10 +100,15 @@ class ResultNotebook:
 
 def setup_result(output_stem: str, params: dict | None = None) -> ResultNotebook:
     """Apply the plotting style and load the notebook's series: this run's replays, the shipped reference runs and
-    the simulator's runs (each where configured)."""
+    the simulator's runs (each where configured). A measured series that ran CPU-only (as its summary records:
+    `ostinato.figures.runs.split_correctness`) is set apart as a correctness run, out of the speed series."""
     p = ResultParams.for_result(output_stem, params)
     apply_style()
     runs = load_series(p.measured_sessions, p.measured_requests, p.machine, p.sim_sessions, p.sim_requests, p.profile,
                        p.reference_runs, p.reference_machine)
-    print("series:", *runs.series, sep="\n  ")
-    return ResultNotebook(output_stem, p, runs)
+    speed, checks = split_correctness(runs)
+    print("series:", *speed.series, sep="\n  ")
+    if checks.series:
+        print("correctness runs (CPU-only: forced tokens, completed sessions and foreign load, no speed):",
+              *checks.series, sep="\n  ")
+    return ResultNotebook(output_stem, p, speed, checks)
