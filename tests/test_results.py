@@ -428,3 +428,28 @@ def test_rules_write_under_their_stage():
             log = re.search(r"log:\n\s+\"([^\"]+)\"", body)
             assert log, f"{f.name}: rule {rule} has no log"
             assert log.group(1).startswith(f"results/{f.stem}/"), f"{f.name}: rule {rule} logs to {log.group(1)}"
+
+
+def test_result_figures_carry_the_load_note(tmp_path):
+    """Each result figure says, per measured series, how many sessions ran under foreign load or unsampled, and names
+    the correctness runs it leaves out; the simulator gets no line."""
+    from ostinato.figures.notebook import ResultNotebook, ResultParams
+
+    s, r = write_replay(tmp_path, extra={"load_flag": "clean"})
+    ses = pd.read_csv(s)
+    ses.loc[0, "load_flag"], ses.loc[1, "load_flag"] = "foreign load", "unknown"
+    ses.to_csv(s, index=False)
+    ref = load_measured(*write_replay(tmp_path, stem="ref"), machine="h200, reference")
+    cs, cr = write_replay(tmp_path, stem="cpu", machine="vm", extra=CPU_ONLY)
+    speed, checks = split_correctness(combine(load_measured(s, r), ref, load_measured(cs, cr),
+                                              load_simulated(*write_sim(tmp_path), profile="p")))
+    nb = ResultNotebook("table3", ResultParams(figures_dir=str(tmp_path / "figures")), speed, checks)
+    assert nb.load_note().splitlines() == [
+        "measured (cpu-2c): 1 of 8 sessions under foreign load, 1 of 8 sessions without load samples (foreign load unknown)",
+        "measured (h200, reference): all sessions without load samples (foreign load unknown)",
+        "measured (vm): CPU-only replay, a correctness run: not among the speed series (Table 3 shows it in a panel of its own)"]
+    import matplotlib.pyplot as plt
+    fig, _ = plt.subplots()
+    nb.save_figure(fig)
+    assert any(t.get_text() == nb.load_note() for t in fig.texts) and (tmp_path / "figures" / "table3.png").is_file()
+    plt.close(fig)

@@ -16,6 +16,7 @@ import pandas as pd
 from ostinato.figures.results import CompareOptions
 from ostinato.figures.runs import Runs, empty_runs, load_series, split_correctness
 from ostinato.figures.style import apply_style, save_figure
+from ostinato.replay.load import FOREIGN, UNKNOWN
 from ostinato.tables import save_table
 
 # The shipped repeated runs of the H200 machine each result shows by default (config key figures.reference_runs,
@@ -91,8 +92,29 @@ class ResultNotebook:
         print("wrote", *paths)
         return paths
 
+    def load_note(self) -> str:
+        """What the figure's measured series say about foreign load, one line per series: sessions under foreign load
+        (the replay's `load_flag`), sessions without load samples (the shipped runs predate them), and the correctness
+        runs left out of the speed series."""
+        lines = []
+        for series in self.runs.series:
+            flags = self.runs.sessions.loc[self.runs.sessions["series"] == series, "load_flag"]
+            if flags.isna().all():  # simulated: no machine was loaded
+                continue
+            n, flagged, unknown = len(flags), int((flags == FOREIGN).sum()), int((flags == UNKNOWN).sum())
+            what = [f"{flagged} of {n} sessions under foreign load"] if flagged or unknown < n else []
+            what += [f"{'all' if unknown == n else unknown} {'of ' + str(n) + ' ' if unknown < n else ''}sessions "
+                     "without load samples (foreign load unknown)"] if unknown else []
+            lines.append(f"{series}: {', '.join(what)}")
+        for series in self.correctness.series:
+            lines.append(f"{series}: CPU-only replay, a correctness run: not among the speed series (Table 3 shows it in a panel of its own)")
+        return "\n".join(lines)
+
     def save_figure(self, fig: plt.Figure) -> list[Path]:
-        """Write `<figures_dir>/<stem>.{pdf,png}` and print the paths."""
+        """Write `<figures_dir>/<stem>.{pdf,png}` with the load note under the axes, and print the paths."""
+        note = self.load_note()
+        if note:
+            fig.text(0.0, 0.0, note, ha="left", va="top", fontsize=6.5, color="0.3")
         paths = save_figure(fig, Path(self.params.figures_dir) / self.output_stem)
         print("wrote", *paths)
         return paths
