@@ -24,8 +24,9 @@ reproduce: $(STAMP)
 engine-cpu: $(STAMP)
 	$(BIN)/ostinato engine build --backend cpu --jobs $(JOBS)
 
+# The suite's outcome goes to results/artifact/pytest.xml, where the verdict (tables/claims.md) reads the tests' checks.
 test: engine-cpu
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --junitxml=results/artifact/pytest.xml
 
 # The edit-test loop: no engine build, no notebooks, no snakemake subprocesses (tests marked slow or gpu).
 test-fast: $(STAMP)
