@@ -1,6 +1,7 @@
 """`ostinato artifact docs` renders the documents whose numbers come from data, or checks they are current;
 `ostinato artifact collect` ships a finished run's quoted results as a reference; `ostinato artifact check` writes
-the verdict of every claim on this run and the shipped data."""
+the verdict of every claim on this run and the shipped data; `ostinato artifact agent` talks to a started
+`ostinato` llama-server through the official OpenAI client, as a local agent would."""
 
 from __future__ import annotations
 
@@ -62,6 +63,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from ostinato.artifact.agent import AgentCheck, run_agent_check
+
+    report = run_agent_check(AgentCheck(server_bin=Path(args.server_bin), model=Path(args.model),
+                                        plan=Path(args.plan) if args.plan else None, threads=args.threads,
+                                        ctx_size=args.ctx_size, log=Path(args.log) if args.log else None,
+                                        server_args=tuple(args.server_arg)))
+    report.write(Path(args.out))
+    print(f"local agent check: {'ok' if report.ok else 'FAILED'} ({args.out})", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `artifact` group."""
     p = sub.add_parser("artifact", help="the artifact's documents rendered from their data")
@@ -87,3 +100,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--md", help="write the verdict by claim and every check here (tables/claims.md)")
     k.add_argument("--html", help="write the report's verdict table here (results/artifact/claims.html)")
     k.set_defaults(func=_cmd_check)
+    a = g.add_parser("agent", help="start the ostinato llama-server with a plan and talk to it through the OpenAI "
+                                   "client: chat completions, streaming, a tool call")
+    a.add_argument("--server-bin", required=True, help="build/engine/<backend>/ostinato/bin/llama-server")
+    a.add_argument("--model", required=True, help="the GGUF the server loads")
+    a.add_argument("--plan", help="the residency plan the server loads (--residency-plan)")
+    a.add_argument("--threads", type=int, default=2)
+    a.add_argument("--ctx-size", type=int, default=2048)
+    a.add_argument("--server-arg", action="append", default=[], help="one more llama-server argument (repeatable)")
+    a.add_argument("--log", help="the server's log file")
+    a.add_argument("--out", required=True, help="results/artifact/local_agent.json")
+    a.set_defaults(func=_cmd_agent)
