@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine (Python 3.11+, git, a C++ toolchain, cmake):
-#   make reproduce   the pipeline on config/config.yaml (engine build, models, sessions, replay, figures)
+#   make reproduce   the pipeline on config/config.yaml (engine build, models, sessions, replay, figures, the verdict),
+#                    then its report: report.html
 #   make test        the test suite (builds the engine CPU-only once, cached in build/)
 #   make test-fast   the tests that need neither the engine build nor papermill nor snakemake (under a minute)
 
@@ -20,6 +21,8 @@ $(STAMP): pyproject.toml
 
 reproduce: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores all
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --report report.html
+	@echo "make reproduce: open report.html (the verdict first, then every result) and tables/claims.md"
 
 engine-cpu: $(STAMP)
 	$(BIN)/ostinato engine build --backend cpu --jobs $(JOBS)
@@ -36,4 +39,4 @@ lint: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint
 
 clean-results:
-	rm -rf results figures tables
+	rm -rf results figures tables report.html

@@ -96,13 +96,16 @@ def html_table(verdicts: list[ClaimVerdict], header: Header) -> str:
         checks = "".join(
             f"<tr><td>{_cell(r.check.name)}</td><td>{_cell(r.check.metric)}</td><td>{_cell(r.check.on)}</td>"
             f"<td>{_badge(r.outcome)}</td><td>{_cell(r.measured)}</td><td>{_cell(r.target)}</td>"
-            f"<td><code>{_cell(r.source)}</code></td><td>{_cell(r.note)}</td></tr>" for r in v.results)
+            f'<td><span class="src">{_cell(r.source)}</span></td><td>{_cell(r.note)}</td></tr>' for r in v.results)
         rows.append(
             f'<tr class="claim"><td><b>{_cell(v.claim.id)}</b></td><td colspan="2">{_cell(v.claim.title)}</td>'
             f"<td>{_badge(v.run)}</td><td colspan=\"4\">shipped data: {_badge(v.shipped)}</td></tr>{checks}")
-    style = ("<style>div.prose.max-w-lg{max-width:none}table.ostinato-verdict{border-collapse:collapse;"
-             "font-size:12px}table.ostinato-verdict td,table.ostinato-verdict th{border:1px solid #d0d7de;"
-             "padding:2px 6px;vertical-align:top}table.ostinato-verdict tr.claim td{background:#f6f8fa}"
+    # the report's first page: its text column as wide as the page, its content pane from the top (Snakemake
+    # centres it, which puts the top of a long page out of reach)
+    style = ("<style>div.prose.max-w-lg{max-width:none}div.grow.flex.items-center.h-screen{align-items:flex-start}"
+             "table.ostinato-verdict{border-collapse:collapse;font-size:12px}table.ostinato-verdict td,"
+             "table.ostinato-verdict th{border:1px solid #d0d7de;padding:2px 6px;vertical-align:top}"
+             "table.ostinato-verdict tr.claim td{background:#f6f8fa}span.src{font-family:monospace;font-size:11px}"
              "span.ov{color:#fff;border-radius:4px;padding:0 6px;white-space:nowrap}</style>")
     return "\n".join([
         style,
