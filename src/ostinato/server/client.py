@@ -117,6 +117,18 @@ def _parse_chunk(data: str, out: RequestOutput) -> dict | None:
     return chunk
 
 
+def _chunks(lines: Iterable[str], out: RequestOutput, clock) -> Iterator[tuple[float, dict]]:
+    """(arrival time, JSON) of each SSE payload until `[DONE]`, or until one records an error in `out`."""
+    for data in iter_sse_data(lines):
+        now = clock()
+        if data == "[DONE]":
+            return
+        chunk = _parse_chunk(data, out)
+        if chunk is None:
+            return
+        yield now, chunk
+
+
 def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_counter,
                    text_chunks: bool = False) -> RequestOutput:
     """Fill `out` from the SSE lines of a `/completion` stream, timestamping chunks as they arrive.
@@ -127,13 +139,7 @@ def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_cou
     checked without the ids.
     """
     last = None
-    for data in iter_sse_data(lines):
-        now = clock()
-        if data == "[DONE]":
-            break
-        chunk = _parse_chunk(data, out)
-        if chunk is None:
-            return out
+    for now, chunk in _chunks(lines, out, clock):
         tokens = chunk.get("tokens") or []
         if tokens:
             last = _token_chunk(out, now, last)
@@ -144,6 +150,8 @@ def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_cou
         if chunk.get("stop"):
             out.timings = dict(chunk.get("timings") or {})
             out.final = {k: chunk[k] for k in _FINAL_KEYS if k in chunk}
+    if out.error:  # a payload that did not parse, or the server's error
+        return out
     out.t_done = clock()
     out.latency = out.t_done - out.t_send
     out.n_output = int(out.final.get("tokens_predicted", len(out.token_ids)))
@@ -166,13 +174,7 @@ def consume_openai_stream(lines: Iterable[str], out: RequestOutput, clock=time.p
     (llama-server sends them) are kept.
     """
     last = None
-    for data in iter_sse_data(lines):
-        now = clock()
-        if data == "[DONE]":
-            break
-        chunk = _parse_chunk(data, out)
-        if chunk is None:
-            return out
+    for now, chunk in _chunks(lines, out, clock):
         choices = chunk.get("choices") or []
         if "".join(c.get("text") or "" for c in choices):
             last = _token_chunk(out, now, last)
@@ -183,6 +185,8 @@ def consume_openai_stream(lines: Iterable[str], out: RequestOutput, clock=time.p
             out.final["usage"] = dict(chunk["usage"])
         if chunk.get("timings"):
             out.timings = dict(chunk["timings"])
+    if out.error:  # a payload that did not parse, or the server's error
+        return out
     out.t_done = clock()
     out.latency = out.t_done - out.t_send
     usage = out.final.get("usage") or {}
