@@ -21,7 +21,7 @@ rule replay:
         run=run_pattern(),
         set=name_pattern(config["sessions"]["sets"]),
         engine=name_pattern(REPLAY["engines"]),
-    threads: workflow.cores
+    threads: ALL_CORES
     resources:
         bench=1,
         **ENGINE_GPU,
