@@ -11,9 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from ostinato.models.router import Router, RouterCurve, calibrated_layers
 from ostinato.models.spec import ModelSpec
 
-Init = Literal["normal", "const", "hc_base", "hash_route"]
+Init = Literal["normal", "const", "hc_base", "hash_route", "values"]
 STORAGE_TYPES = ("mxfp4", "q8_0", "f16", "f32")
 # (elements per block, bytes per block) of the ggml types written here
 BLOCK_BYTES: dict[str, tuple[int, int]] = {
@@ -36,6 +37,8 @@ class TensorPlan:
     std: float = 0.0  # for "normal"
     value: float = 0.0  # for "const"
     n_expert: int = 0  # for "hash_route": experts to draw from
+    values: tuple[float, ...] = ()  # for "values": the data; for "hash_route": a selection bias to draw rows with
+    curve: RouterCurve | None = None  # for "hash_route" with a bias: the calibrated router's logit spread
 
     @property
     def n_elements(self) -> int:
@@ -111,8 +114,13 @@ def qwen3moe_tensors(spec: ModelSpec, n_vocab: int, types: Types) -> list[Tensor
     return plans
 
 
-def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types) -> list[TensorPlan]:
-    """Tensors of a `deepseek4` model: hyper-connections, MQA with low-rank Q/O, compressors, indexer, MoE."""
+def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types, router: Router = Router()) -> list[TensorPlan]:
+    """Tensors of a `deepseek4` model: hyper-connections, MQA with low-rank Q/O, compressors, indexer, MoE.
+
+    With a calibrated router, `exp_probs_b` holds each non-hash layer's selection bias and the `tid2eid` rows of
+    the hash layers are drawn by that layer's biased router (ostinato.models.router)."""
+    calibrated = (calibrated_layers(router, spec.n_layer, spec.n_expert, spec.n_expert_used)
+                  if router.calibrated else None)
     d, hd, dense = spec.hidden, spec.head_dim, types.dense
     hc = spec.hc_mult
     hc_dim, hc_mix = hc * d, (2 + hc) * hc
@@ -168,8 +176,12 @@ def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types) -> list[Tenso
         if i < spec.n_hash_layers:
             plans.append(
                 TensorPlan(f"blk.{i}.ffn_gate_tid2eid.weight", (spec.n_expert_used, n_vocab), "i32", "hash_route",
-                           n_expert=spec.n_expert)
+                           n_expert=spec.n_expert, values=calibrated[i].bias if calibrated else (),
+                           curve=router.curve if calibrated else None)
             )
+        elif calibrated:
+            plans.append(TensorPlan(f"blk.{i}.exp_probs_b.bias", (spec.n_expert,), "f32", "values",
+                                    values=calibrated[i].bias))
         else:
             plans.append(_vec(f"blk.{i}.exp_probs_b.bias", (spec.n_expert,), 0.0))
         plans += [
@@ -182,11 +194,18 @@ def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types) -> list[Tenso
     return plans
 
 
-def tensor_plans(spec: ModelSpec, n_vocab: int, types: Types) -> list[TensorPlan]:
-    """All tensors of `spec` in file order."""
+def tensor_plans(spec: ModelSpec, n_vocab: int, types: Types, router: Router = Router()) -> list[TensorPlan]:
+    """All tensors of `spec` in file order (`router`: how the model routes; random by default)."""
     if spec.arch == "qwen3moe":
+        if router.calibrated:
+            raise ValueError(QWEN3MOE_NO_BIAS)
         return qwen3moe_tensors(spec, n_vocab, types)
-    return deepseek4_tensors(spec, n_vocab, types)
+    return deepseek4_tensors(spec, n_vocab, types, router)
+
+
+QWEN3MOE_NO_BIAS = ("--router calibrated: qwen3moe has no expert-selection bias (llama.cpp's build_moe_ffn takes the "
+                    "top-k of softmax(ffn_gate_inp x) and its loader reads no exp_probs_b or router bias for this "
+                    "architecture), so only deepseek4 models get a calibrated router")
 
 
 def total_bytes(spec: ModelSpec, n_vocab: int, types: Types) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ostinato.models.layout import BLOCK_BYTES, TensorPlan
+from ostinato.models.router import draw_hash_rows
 
 # Upper bound on the elements of one generated group (4 Mi elements: 16 MiB as float32).
 GROUP_ELEMENTS = 1 << 22
@@ -97,13 +98,18 @@ def iter_chunks(plan: TensorPlan, seed: int) -> Iterator[np.ndarray]:
     if plan.init == "hc_base":
         yield _hc_base(plan)
         return
+    if plan.init == "values":
+        yield _encode(np.asarray(plan.values, dtype=np.float32), plan.dtype)
+        return
     ne0 = plan.ne[0]
     n_rows = plan.n_elements // ne0
     per_group = rows_per_group(plan)
     for group, row in enumerate(range(0, n_rows, per_group)):
         rows = min(per_group, n_rows - row)
         rng = _rng(seed, plan.name, group)
-        if plan.init == "hash_route":
+        if plan.init == "hash_route" and plan.values:
+            yield draw_hash_rows(rng, rows, ne0, np.asarray(plan.values), plan.curve)
+        elif plan.init == "hash_route":
             yield _hash_route(rng, rows, ne0, plan.n_expert)
         elif plan.dtype == "mxfp4":
             yield _mxfp4(rng, rows * ne0, plan.std)

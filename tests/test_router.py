@@ -1,0 +1,207 @@
+"""A synthesized model's calibrated router (ostinato.models.router): the curve it realizes, the rankings it
+permutes by, the tensors synthesis writes (read back with gguf-py), and, on the CPU build, that the unpatched
+engine's own routing of a calibrated model is skewed as configured where a random router's is not."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ostinato.models import cli as models_cli
+from ostinato.models import router as R
+from ostinato.models.gguf_import import load_gguf
+from ostinato.models.layout import Types, tensor_plans
+from ostinato.models.spec import get_spec
+from ostinato.models.synth import synthesize
+from ostinato.routing.hot_v4flash import V4FLASH_HOT
+
+
+@pytest.fixture(scope="module")
+def tree(request: pytest.FixtureRequest) -> Path:
+    """$OSTINATO_LLAMA_TREE if set (no engine build needed), else conftest's `llama_tree`."""
+    env = os.environ.get("OSTINATO_LLAMA_TREE")
+    return Path(env) if env else Path(request.getfixturevalue("llama_tree"))
+
+
+# ---------------------------------------------------------------- the curve and the bias
+
+
+def test_curve_sums_to_k_and_is_ordered() -> None:
+    for n, k in ((256, 6), (16, 4), (128, 8), (8, 8)):
+        p = R.RouterCurve().popularity(n, k)
+        assert p.sum() == pytest.approx(k) and (p <= 1 + 1e-12).all() and (p > 0).all()
+        assert (np.diff(p) <= 1e-12).all()  # most routed first
+
+
+def test_bias_realizes_the_curve_with_llama_cpp_selection() -> None:
+    """top-k of sqrt(softplus(z)) + bias with fresh N(0, 1) logits routes each rank with the curve's probability."""
+    curve = R.RouterCurve()
+    bias = R.rank_bias(256, 6, curve)
+    assert (np.diff(bias) <= 1e-9).all()  # a higher rank never has a lower bias
+    rng = np.random.default_rng(123)
+    z = R._select(R.logit_sample(rng, 60000, 256, curve))
+    got = np.bincount(R._topk(z + bias, 6).ravel(), minlength=256) / 60000
+    want = curve.popularity(256, 6)
+    n_head = round(curve.head_frac * 256)
+    assert got[:n_head].sum() / 6 == pytest.approx(curve.head_share, abs=0.01)
+    assert np.abs(got[:n_head] - want[:n_head]).max() < 0.15 * want[:n_head].min() + 0.004
+    assert got[-round(curve.rare_frac * 256):].sum() < 0.01 * 6
+
+
+def test_rankings_from_moe_l2_skip_placeholder_layers() -> None:
+    ranks = R.layer_rankings(43, 256, "moe-l2", seed=0)
+    assert all(sorted(r) == list(range(256)) for r in ranks.tolist())
+    assert ranks[0, :75].tolist() == list(V4FLASH_HOT[0])
+    assert ranks[14, :6].tolist() == list(V4FLASH_HOT[14])  # a short list, real experts
+    for i in range(15, 21):  # placeholders list experts 0..5 only: seeded instead
+        assert V4FLASH_HOT[i] == (0, 1, 2, 3, 4, 5) and ranks[i, :6].tolist() != [0, 1, 2, 3, 4, 5]
+    assert not np.array_equal(ranks[15], R.layer_rankings(43, 256, "moe-l2", seed=1)[15])
+    assert np.array_equal(ranks[0, :75], R.layer_rankings(43, 256, "moe-l2", seed=1)[0, :75])
+    small = R.layer_rankings(4, 16, "moe-l2", seed=0)  # tiny models keep the listed experts that exist
+    assert small[0, 0] == next(e for e in V4FLASH_HOT[0] if e < 16)
+
+
+def test_rankings_from_a_profile(tmp_path: Path) -> None:
+    from ostinato.residency.profile import RouteCounts, write_profile
+    from ostinato.routing.trace import TraceShape
+
+    counts = np.zeros((3, 16), dtype=np.int64)
+    counts[0, [5, 2, 9]] = [30, 20, 10]
+    counts[2, 7] = 1
+    write_profile(tmp_path / "p.json", RouteCounts(TraceShape(3, 16, 4), counts, 10, ["x"]))
+    ranks = R.layer_rankings(2, 16, f"profile:{tmp_path / 'p.json'}", seed=0)
+    assert ranks[0, :3].tolist() == [5, 2, 9] and sorted(ranks[1]) == list(range(16))
+    with pytest.raises(Exception, match="cannot rank"):
+        R.layer_rankings(4, 16, f"profile:{tmp_path / 'p.json'}", seed=0)
+    with pytest.raises(ValueError, match="router-ranking"):
+        R.layer_rankings(2, 16, "zipf", seed=0)
+
+
+def test_hash_rows_are_distinct_in_range_and_skewed() -> None:
+    curve = R.RouterCurve()
+    bias = R.rank_bias(256, 6, curve)
+    rows = R.draw_hash_rows(np.random.default_rng(0), 20000, 6, bias, curve).reshape(-1, 6)
+    assert rows.min() >= 0 and rows.max() < 256
+    assert all(len(set(r)) == 6 for r in rows.tolist())
+    share = np.bincount(rows.ravel(), minlength=256)[: round(curve.head_frac * 256)].sum() / rows.size
+    assert share == pytest.approx(curve.head_share, abs=0.01)
+
+
+def test_random_router_plans_are_unchanged_and_qwen3moe_is_refused() -> None:
+    for name in ("tiny-v4", "mini-v4", "tiny-qwen3moe"):
+        spec = get_spec(name)
+        assert tensor_plans(spec, 259, Types()) == tensor_plans(spec, 259, Types(), R.Router())
+    with pytest.raises(ValueError, match="qwen3moe has no expert-selection bias"):
+        tensor_plans(get_spec("tiny-qwen3moe"), 259, Types(), R.Router("calibrated"))
+    with pytest.raises(ValueError, match="--router"):
+        R.Router("skewed")
+    with pytest.raises(ValueError, match="--router-seed"):
+        R.Router("calibrated", seed=-1)
+
+
+# ---------------------------------------------------------------- synthesis writes what was asked
+
+
+def _tensors(tree: Path, path: Path) -> tuple[dict, dict]:
+    gguf = load_gguf(tree)
+    reader = gguf.GGUFReader(path)
+    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("ostinato.")}
+    return fields, {t.name: np.asarray(t.data) for t in reader.tensors}
+
+
+@pytest.mark.parametrize("ranking", ["moe-l2", "seeded"])
+def test_synth_writes_the_calibrated_router(tmp_path: Path, tree: Path, ranking: str) -> None:
+    spec = get_spec("tiny-v4")
+    router = R.Router("calibrated", ranking, seed=3)
+    path = synthesize(spec, tmp_path / "m.gguf", tree, types=Types("f32", "f32"), router=router).path
+    fields, tensors = _tensors(tree, path)
+    assert fields["ostinato.synth.router"] == "calibrated"
+    assert fields["ostinato.synth.router_ranking"] == ranking and fields["ostinato.synth.router_seed"] == "3"
+    ranks = R.layer_rankings(spec.n_layer, spec.n_expert, ranking, 3)
+    by_rank = R.rank_bias(spec.n_expert, spec.n_expert_used)
+    for i in range(spec.n_hash_layers, spec.n_layer):
+        b = tensors[f"blk.{i}.exp_probs_b.bias"].astype(np.float64)
+        assert b[ranks[i]] == pytest.approx(by_rank, abs=1e-6)  # the layer's ranking, most routed first
+    for i in range(spec.n_hash_layers):
+        rows = tensors[f"blk.{i}.ffn_gate_tid2eid.weight"].reshape(-1, spec.n_expert_used)
+        assert rows.shape[0] == 259 and rows.min() >= 0 and rows.max() < spec.n_expert
+        assert all(len(set(r)) == spec.n_expert_used for r in rows.tolist())
+        pos = np.argsort(ranks[i])[rows.ravel()]  # rank of each listed expert
+        assert np.mean(pos < spec.n_expert // 2) > 0.7  # the top half of the ranking gets most rows
+
+
+def test_synth_random_router_writes_no_router_keys(tmp_path: Path, tree: Path) -> None:
+    path = synthesize(get_spec("tiny-v4"), tmp_path / "m.gguf", tree, types=Types("f32", "f32")).path
+    fields, tensors = _tensors(tree, path)
+    assert not any(k.startswith("ostinato.synth.router") for k in fields)
+    assert not tensors["blk.1.exp_probs_b.bias"].any()
+
+
+def test_cli_router_options(tmp_path: Path, tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ostinato.cli import main
+
+    out = tmp_path / "m.gguf"
+    assert main(["models", "synth", "--spec", "tiny-v4", "--llama-tree", str(tree), "--out", str(out),
+                 "--router", "calibrated", "--router-ranking", "seeded", "--router-seed", "2"]) == 0
+    assert "router calibrated (seeded)" in capsys.readouterr().out
+    assert main(["models", "synth", "--spec", "tiny-qwen3moe", "--llama-tree", str(tree), "--out",
+                 str(tmp_path / "q.gguf"), "--router", "calibrated"]) != 0
+    assert "qwen3moe has no expert-selection bias" in capsys.readouterr().err
+    assert main(["models", "synth", "--spec", "tiny-v4", "--llama-tree", str(tree), "--out",
+                 str(tmp_path / "b.gguf"), "--router", "calibrated", "--router-ranking", "zipf"]) != 0
+    assert "--router-ranking 'zipf'" in capsys.readouterr().err
+    assert not (tmp_path / "q.gguf").exists() and not (tmp_path / "b.gguf").exists()
+    assert models_cli  # the module registers the options
+
+
+# ---------------------------------------------------------------- the engine's own routing (CPU build)
+
+
+def _record(bin_dir: Path, model: Path, tmp: Path, prompt: list[int]) -> np.ndarray:
+    """The stock engine's routing of one prompt (plus 16 forced-free greedy tokens): ids [n_pos, n_layer, k]."""
+    from ostinato.routing.trace import read_trace
+    from ostinato.server.launcher import LlamaServer, ServerConfig
+
+    cfg = ServerConfig(binary=bin_dir / "llama-server", model=model, args=["-c", "2048", "-t", "2"],
+                       log_path=tmp / f"{model.stem}.log", startup_timeout_s=120, routing_dir=tmp)
+    with LlamaServer(cfg) as srv:
+        r = srv.client.post(f"{srv.base_url}/completion",
+                            json={"prompt": prompt, "n_predict": 16, "temperature": 0, "cache_prompt": False,
+                                  "routing": {"record": f"{model.stem}.trace"}})
+        r.raise_for_status()
+    t = read_trace(tmp / f"{model.stem}.trace")
+    return np.asarray(t.ids).astype(np.int64), t.shape.none_id
+
+
+def test_engine_routing_of_a_calibrated_model_is_skewed(engine_bin_dir: Path, llama_tree: Path,
+                                                        tmp_path: Path) -> None:
+    """mini-v4 (256 experts, top-6, 3 hash layers) with a byte vocabulary: on 600 tokens of text, the unpatched
+    engine sends most routes of every layer to the experts the calibrated router ranks in its top 44%, the random
+    router about 44% of them."""
+    from ostinato.models.vocab import tokenize
+
+    spec = get_spec("mini-v4")
+    router = R.Router("calibrated", "moe-l2", seed=0)
+    text = ("def route(tokens):\n    # pick the experts of each token\n    return [experts[t] for t in tokens]\n"
+            "The quick brown fox jumps over the lazy dog; 0123456789 (x, y) -> z. ") * 5
+    prompt = tokenize(text, "byte")[:600]
+    share = {}
+    ranks = R.layer_rankings(spec.n_layer, spec.n_expert, router.ranking, router.seed)
+    n_head = round(R.HEAD_FRAC * spec.n_expert)
+    for kind in ("random", "calibrated"):
+        model = synthesize(spec, tmp_path / f"{kind}.gguf", llama_tree, vocab="byte", types=Types("q8_0", "f16"),
+                           router=R.Router(kind, router.ranking, router.seed)).path
+        ids, none_id = _record(engine_bin_dir, model, tmp_path, prompt)
+        per_layer = []
+        for i in range(spec.n_layer):
+            routes = ids[:, i][ids[:, i, 0] != none_id].ravel()
+            head = np.zeros(spec.n_expert, dtype=bool)
+            head[ranks[i, :n_head]] = True
+            per_layer.append(float(head[routes].mean()))
+        share[kind] = per_layer
+    assert min(share["calibrated"][spec.n_hash_layers:]) > 0.75, share
+    assert np.mean(share["calibrated"]) > 0.75, share
+    assert max(share["random"]) < 0.62, share
