@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ostinato.models.download import check_sha256, check_url, download
 from ostinato.models.gguf_import import gguf_py_dir
-from ostinato.models.layout import BLOCK_BYTES, QWEN3MOE_NO_BIAS, STORAGE_TYPES, Types, total_bytes, total_params
+from ostinato.models.layout import BLOCK_BYTES, STORAGE_TYPES, Types, total_bytes, total_params
 from ostinato.models.router import ROUTERS, Router
 from ostinato.models.spec import ModelSpec, get_spec, slice_name, spec_names
 from ostinato.models.vocab import VOCAB_KINDS, VOCAB_SIZES
@@ -31,9 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="attention, router, embeddings and shared experts (default f16)")
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     synth.add_argument("--router", choices=ROUTERS, default="random",
-                       help="random: the router's random weights alone (default); calibrated (deepseek4): selection "
-                            "biases and hash tables from an expert ranking, skewed like the paper's routing facts "
-                            "(docs/routing.md; the routing is an input, not evidence)")
+                       help="random: the router's random weights alone (default); calibrated: selection biases and "
+                            "hash tables (deepseek4) or a bias carried by the router weights (qwen3moe) from an "
+                            "expert ranking, skewed like the paper's routing facts (docs/routing.md; the routing "
+                            "is an input, not evidence)")
     synth.add_argument("--router-ranking", default="moe-l2", metavar="SOURCE",
                        help="with --router calibrated: the experts' ranking per layer: moe-l2 (DeepSeek-V4-Flash's "
                             "hot lists, placeholder layers seeded; default), seeded, or profile:PATH (a routing "
@@ -64,8 +65,6 @@ def run_synth(args: argparse.Namespace) -> int:
 
     spec = get_spec(args.spec)
     router = Router(args.router, args.router_ranking, args.router_seed)
-    if router.calibrated and spec.arch != "deepseek4":
-        raise ValueError(QWEN3MOE_NO_BIAS)
     gguf_py_dir(args.llama_tree)
     types = Types(args.expert_type, args.dense_type)
     result = synthesize(spec, args.out, args.llama_tree, vocab=args.vocab, types=types, seed=args.seed,

@@ -46,8 +46,6 @@ class RouterCurve:
     head_decay: float = 2.0
     rare_frac: float = 0.08
     rare_level: float = 0.05
-    temp_dims: int = 0
-    temp_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not (0 < self.head_frac < 1 and 0 < self.head_share < 1 and self.head_decay >= 0
@@ -83,30 +81,26 @@ def _cap(p: np.ndarray, k: int) -> np.ndarray:
     return np.minimum(p, 1.0)
 
 
-def _select(z: np.ndarray) -> np.ndarray:
-    """llama.cpp's sqrt-softplus gating (deepseek4) of router logits."""
-    return np.sqrt(np.logaddexp(0.0, z))
+# How llama.cpp turns router logits into selection scores, up to an order-preserving map: deepseek4 takes
+# sqrt(softplus(logits)) and adds exp_probs_b; qwen3moe takes softmax(logits), whose top-k is the logits' top-k.
+GATINGS = ("sqrt_softplus", "softmax")
 
 
-def _threshold(p: np.ndarray) -> np.ndarray:
+def _select(z: np.ndarray, gating: str = "sqrt_softplus") -> np.ndarray:
+    """Selection scores of router logits (before the bias)."""
+    return np.sqrt(np.logaddexp(0.0, z)) if gating == "sqrt_softplus" else z
+
+
+def _threshold(p: np.ndarray, gating: str = "sqrt_softplus") -> np.ndarray:
     """The selection score a N(0, 1) logit exceeds with probability p (p in (0, 1))."""
     from scipy.special import ndtri
 
-    return _select(ndtri(1.0 - np.clip(p, 1e-9, 1 - 1e-9)))
+    return _select(ndtri(1.0 - np.clip(p, 1e-9, 1 - 1e-9)), gating)
 
 
-def token_spread(rng: np.random.Generator, n: int, curve: RouterCurve) -> np.ndarray:
-    """Per token, the variance of its router logits: (1 - temp_share) + temp_share * chi2(temp_dims) / temp_dims."""
-    if not curve.temp_dims or not curve.temp_share:
-        return np.ones(n)
-    chi = (rng.standard_normal((n, curve.temp_dims)) ** 2).mean(axis=1)
-    return (1 - curve.temp_share) + curve.temp_share * chi
-
-
-def logit_sample(rng: np.random.Generator, n: int, n_expert: int, curve: RouterCurve) -> np.ndarray:
-    """Router logits of n random tokens: N(0, v) per expert, v from token_spread."""
-    v = token_spread(rng, n, curve)
-    return rng.standard_normal((n, n_expert)) * np.sqrt(v)[:, None]
+def logit_sample(rng: np.random.Generator, n: int, n_expert: int) -> np.ndarray:
+    """Router logits of n random tokens: N(0, 1) per expert, like the random router on an RMS-normed input."""
+    return rng.standard_normal((n, n_expert))
 
 
 def _topk(scores: np.ndarray, k: int) -> np.ndarray:
@@ -118,50 +112,52 @@ SOLVE_TOKENS = 16384
 SOLVE_ITERS = 30
 
 
-def _exceed(t: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """P(sqrt(softplus(z)) > t) for z ~ N(0, sd^2) (t and sd broadcast)."""
+def _exceed(t: np.ndarray, gating: str) -> np.ndarray:
+    """P(score > t) for the score of one N(0, 1) logit."""
     from scipy.special import ndtr
 
+    if gating == "softmax":
+        return 1.0 - ndtr(t)
     tp = np.maximum(t, 1e-6)
     z_at = np.log(np.expm1(np.minimum(tp * tp, 700.0)))  # the logit whose score is t
-    return np.where(t <= 0, 1.0, 1.0 - ndtr(z_at / sd))
+    return np.where(t <= 0, 1.0, 1.0 - ndtr(z_at))
 
 
-def _inclusion(scores: np.ndarray, sd: np.ndarray, bias: np.ndarray, k: int) -> np.ndarray:
+def _inclusion(scores: np.ndarray, bias: np.ndarray, k: int, gating: str) -> np.ndarray:
     """Per expert, P(it is among the top k of scores + bias), averaged over the sample's tokens with the expert's
     own score integrated out: its threshold is the k-th largest of the other experts' biased scores."""
     s = scores + bias
     part = -np.partition(-s, (k - 1, k), axis=1)[:, k - 1:k + 1]  # k-th and (k+1)-th largest per token
     others = np.where(s >= part[:, :1], part[:, 1:], part[:, :1])
-    return _exceed(others - bias, sd[:, None]).mean(axis=0)
+    return _exceed(others - bias, gating).mean(axis=0)
 
 
 @lru_cache(maxsize=16)
-def _solve_bias(n_expert: int, k: int, curve: RouterCurve) -> tuple[float, ...]:
-    """Bias per rank such that top-k of sqrt(softplus(z)) + bias, z ~ N(0, v) per expert (v per token, see
-    token_spread), routes rank r with the curve's probability: a start from the fixed-threshold approximation, then
-    corrections on one fixed sample of logits (deterministic), each expert's own score integrated out so that equal
-    targets get equal biases."""
+def _solve_bias(n_expert: int, k: int, curve: RouterCurve, gating: str) -> tuple[float, ...]:
+    """Bias per rank such that the top k of score(z) + bias, z ~ N(0, 1) per expert, routes rank r with the curve's
+    probability: a start from the fixed-threshold approximation, then corrections on one fixed sample of logits
+    (deterministic), each expert's own score integrated out so that equal targets get equal biases."""
     target = curve.popularity(n_expert, k)
     if k == n_expert:
         return tuple(0.0 for _ in range(n_expert))
     rng = np.random.default_rng([0x0517, n_expert, k])
-    v = token_spread(rng, SOLVE_TOKENS, curve)
-    scores = _select(rng.standard_normal((SOLVE_TOKENS, n_expert)) * np.sqrt(v)[:, None])
-    sd = np.sqrt(v)
-    t_target = _threshold(target)
+    scores = _select(logit_sample(rng, SOLVE_TOKENS, n_expert), gating)
+    t_target = _threshold(target, gating)
     bias = -t_target
     for _ in range(SOLVE_ITERS):
-        got = _inclusion(scores, sd, bias, k)
-        bias += _threshold(np.clip(got, 1e-9, 1 - 1e-9)) - t_target
+        got = _inclusion(scores, bias, k, gating)
+        bias += _threshold(np.clip(got, 1e-9, 1 - 1e-9), gating) - t_target
         bias -= bias.max()
     bias = np.minimum.accumulate(bias)  # most routed first: never a higher bias further down the ranking
     return tuple(float(x) for x in bias)
 
 
-def rank_bias(n_expert: int, k: int, curve: RouterCurve = RouterCurve()) -> np.ndarray:
-    """Selection bias by rank (rank 0 = most routed), as solved for the curve."""
-    return np.asarray(_solve_bias(n_expert, k, curve))
+def rank_bias(n_expert: int, k: int, curve: RouterCurve = RouterCurve(), gating: str = "sqrt_softplus"
+              ) -> np.ndarray:
+    """Selection bias by rank (rank 0 = most routed), as solved for the curve and the gating."""
+    if gating not in GATINGS:
+        raise ValueError(f"gating {gating!r}: expected one of {', '.join(GATINGS)}")
+    return np.asarray(_solve_bias(n_expert, k, curve, gating))
 
 
 def _stable(text: str) -> int:
@@ -257,9 +253,10 @@ class LayerRouting:
     bias: tuple[float, ...]
 
 
-def calibrated_layers(router: Router, n_layer: int, n_expert: int, k: int) -> list[LayerRouting]:
+def calibrated_layers(router: Router, n_layer: int, n_expert: int, k: int, gating: str = "sqrt_softplus"
+                      ) -> list[LayerRouting]:
     """Per layer, the selection bias of each expert: the rank bias permuted by the layer's ranking."""
-    by_rank = rank_bias(n_expert, k, router.curve)
+    by_rank = rank_bias(n_expert, k, router.curve, gating)
     ranks = layer_rankings(n_layer, n_expert, router.ranking, router.seed)
     out = []
     for i in range(n_layer):
@@ -269,10 +266,9 @@ def calibrated_layers(router: Router, n_layer: int, n_expert: int, k: int) -> li
     return out
 
 
-def draw_hash_rows(rng: np.random.Generator, rows: int, k: int, bias: np.ndarray,
-                   curve: RouterCurve | None = None) -> np.ndarray:
+def draw_hash_rows(rng: np.random.Generator, rows: int, k: int, bias: np.ndarray) -> np.ndarray:
     """For each of `rows` token ids, the k distinct experts the biased router picks for random logits (int32, k per
     row): inclusion probabilities follow the curve the bias was solved for."""
-    z = logit_sample(rng, rows, bias.size, curve or RouterCurve()).astype(np.float32)
+    z = logit_sample(rng, rows, bias.size).astype(np.float32)
     scores = _select(z) + bias.astype(np.float32)[None, :]
     return _topk(scores, k).astype(np.int32).reshape(-1)
