@@ -42,7 +42,7 @@ def test_bias_realizes_the_curve_with_llama_cpp_selection() -> None:
     bias = R.rank_bias(256, 6, curve)
     assert (np.diff(bias) <= 1e-9).all()  # a higher rank never has a lower bias
     rng = np.random.default_rng(123)
-    z = R._select(R.logit_sample(rng, 60000, 256))
+    z = R._select(R.logit_sample(rng, 60000, 256, curve.mix(256)))
     got = np.bincount(R._topk(z + bias, 6).ravel(), minlength=256) / 60000
     want = curve.popularity(256, 6)
     n_head = round(curve.head_frac * 256)
@@ -83,7 +83,7 @@ def test_rankings_from_a_profile(tmp_path: Path) -> None:
 def test_hash_rows_are_distinct_in_range_and_skewed() -> None:
     curve = R.RouterCurve()
     bias = R.rank_bias(256, 6, curve)
-    rows = R.draw_hash_rows(np.random.default_rng(0), 20000, 6, bias).reshape(-1, 6)
+    rows = R.draw_hash_rows(np.random.default_rng(0), 20000, 6, bias, curve.mix(256)).reshape(-1, 6)
     assert rows.min() >= 0 and rows.max() < 256
     assert all(len(set(r)) == 6 for r in rows.tolist())
     share = np.bincount(rows.ravel(), minlength=256)[: round(curve.head_frac * 256)].sum() / rows.size
@@ -106,9 +106,28 @@ def test_softmax_bias_realizes_the_curve() -> None:
     """qwen3moe: top-k of N(0, 1) logits + bias (softmax keeps the order) follows the same curve."""
     curve = R.RouterCurve()
     bias = R.rank_bias(128, 8, curve, "softmax")
-    z = np.random.default_rng(5).standard_normal((40000, 128))
+    z = R.logit_sample(np.random.default_rng(5), 40000, 128, curve.mix(128))
     got = np.bincount(R._topk(z + bias, 8).ravel(), minlength=128) / 40000
     assert got[: round(curve.head_frac * 128)].sum() / 8 == pytest.approx(curve.head_share, abs=0.01)
+
+
+def test_cold_correlation_keeps_the_curve_and_clusters_cold_routes() -> None:
+    """cold_corr: the ranks below the head share a per-token logit; the solved bias still routes the head its share, and
+    fewer tokens have any route below the head than with independent logits (the decode fact's lever)."""
+    n, k = 256, 6
+    plain, corr = R.RouterCurve(cold_corr=0.0), R.RouterCurve(cold_corr=0.2)
+    n_head = corr.n_head(n)
+    assert not corr.mix(n)[:n_head].any() and corr.mix(n)[n_head:] == pytest.approx(np.sqrt(0.2))
+    any_cold = {}
+    for curve in (plain, corr):
+        bias = R.rank_bias(n, k, curve)
+        rng = np.random.default_rng(11)
+        sel = R._topk(R._select(R.logit_sample(rng, 40000, n, curve.mix(n))) + bias, k)
+        assert (sel < n_head).mean() == pytest.approx(curve.head_share, abs=0.01)
+        any_cold[curve.cold_corr] = (sel >= n_head).any(axis=1).mean()
+    assert any_cold[0.2] < any_cold[0.0] - 0.05, any_cold
+    with pytest.raises(ValueError, match="cold_corr"):
+        R.RouterCurve(cold_corr=1.0)
 
 
 # ---------------------------------------------------------------- synthesis writes what was asked
@@ -171,6 +190,28 @@ def test_synth_writes_the_qwen3moe_bias_dimension(tmp_path: Path, tree: Path) ->
             assert not down[:, 0].any() and down[:, 1:].any()
 
 
+def test_synth_mixes_the_shared_logit_into_the_cold_router_rows(tmp_path: Path, tree: Path) -> None:
+    """With cold_corr, ffn_gate_inp's rows of the experts below the head share one random row (pairwise correlation
+    about cold_corr), the head's rows stay independent, and the hash rows are still k distinct experts."""
+    spec = get_spec("mini-v4")
+    curve = R.RouterCurve(cold_corr=0.5)
+    router = R.Router("calibrated", "seeded", seed=2, curve=curve)
+    path = synthesize(spec, tmp_path / "m.gguf", tree, types=Types("q8_0", "f32"), router=router).path
+    fields, tensors = _tensors(tree, path)
+    assert "cold_corr=0.5" in fields["ostinato.synth.router_curve"]
+    ranks = R.layer_rankings(spec.n_layer, spec.n_expert, "seeded", 2)
+    n_head = curve.n_head(spec.n_expert)
+    for i in (spec.n_hash_layers, spec.n_layer - 1):
+        gate = tensors[f"blk.{i}.ffn_gate_inp.weight"].astype(np.float64).reshape(spec.n_expert, spec.hidden)
+        c = np.corrcoef(gate)
+        head, cold = ranks[i, :n_head], ranks[i, n_head:]
+        off = lambda idx: c[np.ix_(idx, idx)][~np.eye(len(idx), dtype=bool)].mean()  # noqa: E731
+        assert off(cold) == pytest.approx(0.5, abs=0.1) and abs(off(head)) < 0.05
+        assert gate.std() == pytest.approx(1 / np.sqrt(spec.hidden), rel=0.1)  # the logits keep unit variance
+    rows = tensors["blk.0.ffn_gate_tid2eid.weight"].reshape(-1, spec.n_expert_used)
+    assert all(len(set(r)) == spec.n_expert_used for r in rows[:2000].tolist())
+
+
 def test_synth_random_router_writes_no_router_keys(tmp_path: Path, tree: Path) -> None:
     path = synthesize(get_spec("tiny-v4"), tmp_path / "m.gguf", tree, types=Types("f32", "f32")).path
     fields, tensors = _tensors(tree, path)
@@ -219,7 +260,8 @@ def test_engine_routing_of_a_calibrated_model_is_skewed(engine_bin_dir: Path, ll
                                                         spec_name: str) -> None:
     """mini-v4 (256 experts, top-6, 3 hash layers) and mini-qwen3moe (128 experts, top-8) with a byte vocabulary: on
     600 tokens of text the unpatched engine sends most routes of every layer to the experts the calibrated router
-    ranks in its top 44%, where the random router sends about 44% of them."""
+    ranks in its top 44% (configured: 81%; a few repeated tokens make single layers vary, and the cold logits'
+    correlation makes a token's cold routes come together), where the random router sends about 44% of them."""
     from ostinato.models.vocab import tokenize
 
     spec = get_spec(spec_name)
@@ -241,5 +283,70 @@ def test_engine_routing_of_a_calibrated_model_is_skewed(engine_bin_dir: Path, ll
             head[ranks[i, :n_head]] = True
             per_layer.append(float(head[routes].mean()))
         share[kind] = per_layer
-    assert min(share["calibrated"]) > 0.72 and np.mean(share["calibrated"]) > 0.78, share
+    assert min(share["calibrated"]) > 0.55 and np.mean(share["calibrated"]) > 0.72, share
     assert max(share["random"]) < 0.62, share
+
+
+# ---------------------------------------------------------------- the routing facts, on the engine's own routing
+
+MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "traces"  # config sessions.mirror: ../shared/traces
+# Development sessions (they rank the experts) and held-out sessions (never used to set or rank anything), built as
+# config/h200.yaml's swe-long: whole first requests up to 4,096 new tokens, so two held-out requests make 2,048-token
+# passes. The calibrated router's curve was set on these sessions' recorded routing (docs/routing.md).
+FACT_SETS = {"dev": ("swe-mini", "swe-dev"), "ho-swe": ("swe-mini", "swe-heldout"), "ho-tau2": ("tau2", "tau2-heldout")}
+# the facts the calibrated mini-v4 misses on these sessions (docs/routing.md, "A synthesized model's own router": one
+# popularity curve for every token cannot give short prefills at 5,702 resident as few hot routes as all held-out
+# routes get at 4,864; measured 0.818 cold routes per token against 0.92-0.95)
+MISSED_FACTS = {"prefill_cold_per_token": "short prefills are as skewed as the rest of the session"}
+
+
+def _fact_sessions(tmp: Path) -> dict[str, Path]:
+    from ostinato.cli import main
+
+    splits = Path(__file__).resolve().parents[1] / "data" / "sessions" / "splits.json"
+    out = {}
+    for name, (source, split) in FACT_SETS.items():
+        traces = tmp / f"{source}.traces.json"
+        if not traces.exists():
+            assert main(["sessions", "get", "--source", source, "--mirror", str(MIRROR), "--no-probe", "--no-download",
+                         "--cache", str(tmp / "cache"), "--no-progress", "--out", str(traces)]) == 0
+        out[name] = tmp / f"{name}.jsonl"
+        assert main(["sessions", "build", "--source", source, "--traces", str(traces), "--split", str(splits),
+                     "--split-set", split, "--select", "3", "--tokenizer", "deepseek", "--max-requests", "8",
+                     "--max-new-tokens", "4096", "--max-output-tokens", "128", "--max-context-tokens", "16000",
+                     "--no-progress", "--out", str(out[name])]) == 0
+    return out
+
+
+@pytest.mark.skipif(not (MIRROR / "swe-mini").is_dir() or not (MIRROR / "tau2").is_dir(),
+                    reason=f"needs the session mirror {MIRROR} (real text: routing follows the tokens)")
+def test_engine_routing_of_a_calibrated_model_meets_the_routing_facts(engine_bin_dir: Path, llama_tree: Path,
+                                                                      tmp_path: Path) -> None:
+    """mini-v4 (V4-Flash's routing shape: 8 x 256 experts, top-6, 3 hash layers) with the calibrated router: the stock
+    engine records its routing on 3 development and 6 held-out sessions (`ostinato replay run`, as rule
+    record_routing), and `ostinato routing stats --paper-shares` (rule compute_recorded_routing_stats) measures the
+    held-out sessions against the development ranking at the paper's resident shares. Every fact must lie in its
+    range, except those listed in MISSED_FACTS, which must still miss (so the list and the docs stay true)."""
+    import json
+
+    from ostinato.cli import main
+
+    sessions = _fact_sessions(tmp_path)
+    model = synthesize(get_spec("mini-v4"), tmp_path / "mini-v4.gguf", llama_tree, vocab="deepseek",
+                       types=Types("q8_0", "f16"), router=R.Router("calibrated", "moe-l2", 0)).path
+    for name, path in sessions.items():
+        assert main(["replay", "run", "--engine-name", "record", "--server-bin", str(engine_bin_dir / "llama-server"),
+                     "--model", str(model), "--sessions", str(path), "--out", str(tmp_path / name / "replay"),
+                     "--routing-record-dir", str(tmp_path / name / "routing"), "--machine-label", "test",
+                     "--server-arg=-c", "--server-arg=16384", "--server-arg=-t", "--server-arg=2",
+                     "--no-progress"]) == 0
+    held = [n for n in sessions if n != "dev"]
+    out = tmp_path / "stats.json"
+    assert main(["routing", "stats", "--dev", str(tmp_path / "dev" / "routing"), "--dev-sessions", str(sessions["dev"]),
+                 "--heldout", *[str(tmp_path / n / "routing") for n in held],
+                 "--heldout-sessions", *[str(sessions[n]) for n in held], "--paper-shares", "--out", str(out)]) == 0
+    facts = {t["name"]: t for t in json.loads(out.read_text())["targets"]}
+    assert set(facts) >= set(MISSED_FACTS)
+    met = {n: t["ok"] for n, t in facts.items()}
+    assert all(met[n] for n in facts if n not in MISSED_FACTS), facts
+    assert not any(met[n] for n in MISSED_FACTS), facts

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ostinato.models.router import Router, calibrated_layers
+from ostinato.models.router import LayerRouting, Router, calibrated_layers
 from ostinato.models.spec import ModelSpec
 
 Init = Literal["normal", "const", "hc_base", "hash_route", "values"]
@@ -41,6 +41,9 @@ class TensorPlan:
     pin_col: int = -1  # for dense "normal": element pin_col of row r is pin_values[r % len(pin_values)]
     pin_values: tuple[float, ...] = ()
     zero_rows: tuple[int, int] = (0, 0)  # (period, index): rows r with r % period == index are all zero
+    # for dense "normal": row r becomes sqrt(1 - w_r^2) row_r + w_r v, v one random row of the same std (a logit
+    # every row shares); for "hash_route": the same weights of a token's shared logit when drawing rows
+    mix_rows: tuple[float, ...] = ()
 
     @property
     def n_elements(self) -> int:
@@ -123,8 +126,8 @@ def qwen3moe_tensors(spec: ModelSpec, n_vocab: int, types: Types, router: Router
         experts = _experts(spec, i, types, out_gain)
         if calibrated:
             gate_col = tuple(b / BIAS_DIM_VALUE for b in calibrated[i].bias)
-            experts = [replace(experts[0], pin_col=0, pin_values=gate_col), experts[1], experts[2],
-                       replace(experts[3], **no_dim0)]
+            experts = [replace(experts[0], pin_col=0, pin_values=gate_col, mix_rows=calibrated[i].mix), experts[1],
+                       experts[2], replace(experts[3], **no_dim0)]
         plans += [
             _vec(f"blk.{i}.attn_norm.weight", (d,), 1.0),
             _mat(f"blk.{i}.attn_q.weight", (d, hd * spec.n_head), dense),
@@ -137,6 +140,13 @@ def qwen3moe_tensors(spec: ModelSpec, n_vocab: int, types: Types, router: Router
             *experts,
         ]
     return plans
+
+
+def _mixed(experts: list[TensorPlan], layer: LayerRouting | None) -> list[TensorPlan]:
+    """The experts' tensors with the router's rows (`ffn_gate_inp`, first) sharing the calibrated layer's logit."""
+    if layer is None or not layer.mix:
+        return experts
+    return [replace(experts[0], mix_rows=layer.mix), *experts[1:]]
 
 
 def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types, router: Router = Router()) -> list[TensorPlan]:
@@ -201,7 +211,8 @@ def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types, router: Route
         if i < spec.n_hash_layers:
             plans.append(
                 TensorPlan(f"blk.{i}.ffn_gate_tid2eid.weight", (spec.n_expert_used, n_vocab), "i32", "hash_route",
-                           n_expert=spec.n_expert, values=calibrated[i].bias if calibrated else ())
+                           n_expert=spec.n_expert, values=calibrated[i].bias if calibrated else (),
+                           mix_rows=calibrated[i].mix if calibrated else ())
             )
         elif calibrated:
             plans.append(TensorPlan(f"blk.{i}.exp_probs_b.bias", (spec.n_expert,), "f32", "values",
@@ -210,7 +221,7 @@ def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types, router: Route
             plans.append(_vec(f"blk.{i}.exp_probs_b.bias", (spec.n_expert,), 0.0))
         plans += [
             _vec(f"blk.{i}.ffn_norm.weight", (d,), 1.0),
-            *_experts(spec, i, types, out_gain),
+            *_mixed(_experts(spec, i, types, out_gain), calibrated[i] if calibrated else None),
             _mat(f"blk.{i}.ffn_gate_shexp.weight", (d, shared_ffn), dense),
             _mat(f"blk.{i}.ffn_up_shexp.weight", (d, shared_ffn), dense),
             _mat(f"blk.{i}.ffn_down_shexp.weight", (shared_ffn, d), dense, out_gain),

@@ -39,23 +39,38 @@ class RouterCurve:
 
     The top `head_frac` of the ranks get `head_share` of the routes, decaying by e^`head_decay` from the first
     to the last rank of the head; the lowest `rare_frac` get `rare_level` times a tail rank's share; the ranks
-    between share the rest evenly (a flat cold tail)."""
+    between share the rest evenly (a flat cold tail). `cold_corr` is the correlation, within one token, of the
+    router logits of the ranks below the head: a token that routes one route there tends to route more there, so
+    fewer decode steps have a cold route for the same share of cold routes (0: independent logits)."""
 
     head_frac: float = HEAD_FRAC
-    head_share: float = 0.83
+    head_share: float = 0.81
     head_decay: float = 2.0
     rare_frac: float = 0.08
     rare_level: float = 0.05
+    cold_corr: float = 0.18
 
     def __post_init__(self) -> None:
         if not (0 < self.head_frac < 1 and 0 < self.head_share < 1 and self.head_decay >= 0
-                and 0 <= self.rare_frac < 1 - self.head_frac and 0 <= self.rare_level <= 1):
+                and 0 <= self.rare_frac < 1 - self.head_frac and 0 <= self.rare_level <= 1
+                and 0 <= self.cold_corr < 1):
             raise ValueError(f"router curve {self}: need 0 < head_frac, head_share < 1, head_decay >= 0, "
-                             "0 <= rare_frac < 1 - head_frac, 0 <= rare_level <= 1")
+                             "0 <= rare_frac < 1 - head_frac, 0 <= rare_level <= 1, 0 <= cold_corr < 1")
+
+    def n_head(self, n_expert: int) -> int:
+        """Ranks in the head."""
+        return max(1, min(n_expert - 1, int(round(self.head_frac * n_expert))))
+
+    def mix(self, n_expert: int) -> np.ndarray:
+        """Per rank, the weight w of the token's shared logit: logit = sqrt(1 - w^2) z + w u (z per expert, u per
+        token, both N(0, 1)); sqrt(cold_corr) below the head, 0 in it."""
+        w = np.zeros(n_expert)
+        w[self.n_head(n_expert):] = np.sqrt(self.cold_corr)
+        return w
 
     def popularity(self, n_expert: int, k: int) -> np.ndarray:
         """Per rank, the probability that a token routes to the expert of that rank (sums to k, each <= 1)."""
-        n_head = max(1, min(n_expert - 1, int(round(self.head_frac * n_expert))))
+        n_head = self.n_head(n_expert)
         n_rare = min(n_expert - n_head - 1, int(round(self.rare_frac * n_expert)))
         n_tail = n_expert - n_head - n_rare
         head = np.exp(-self.head_decay * (np.arange(n_head) + 0.5) / n_head)
@@ -98,9 +113,15 @@ def _threshold(p: np.ndarray, gating: str = "sqrt_softplus") -> np.ndarray:
     return _select(ndtri(1.0 - np.clip(p, 1e-9, 1 - 1e-9)), gating)
 
 
-def logit_sample(rng: np.random.Generator, n: int, n_expert: int) -> np.ndarray:
-    """Router logits of n random tokens: N(0, 1) per expert, like the random router on an RMS-normed input."""
-    return rng.standard_normal((n, n_expert))
+def logit_sample(rng: np.random.Generator, n: int, n_expert: int, mix: np.ndarray | None = None,
+                 shared: np.ndarray | None = None) -> np.ndarray:
+    """Router logits of n random tokens: N(0, 1) per expert, like the random router on an RMS-normed input; with
+    `mix` (per expert w), sqrt(1 - w^2) z + w u with one u per token (`shared`, else drawn after z)."""
+    z = rng.standard_normal((n, n_expert))
+    if mix is None or not np.any(mix):
+        return z
+    u = rng.standard_normal((n, 1)) if shared is None else shared.reshape(n, 1)
+    return np.sqrt(1.0 - mix * mix)[None, :] * z + mix[None, :] * u
 
 
 def _topk(scores: np.ndarray, k: int) -> np.ndarray:
@@ -112,24 +133,28 @@ SOLVE_TOKENS = 16384
 SOLVE_ITERS = 30
 
 
-def _exceed(t: np.ndarray, gating: str) -> np.ndarray:
-    """P(score > t) for the score of one N(0, 1) logit."""
+def _exceed(t: np.ndarray, gating: str, mean: np.ndarray | float = 0.0, scale: np.ndarray | float = 1.0
+            ) -> np.ndarray:
+    """P(score > t) for the score of one N(mean, scale^2) logit."""
     from scipy.special import ndtr
 
     if gating == "softmax":
-        return 1.0 - ndtr(t)
+        return 1.0 - ndtr((t - mean) / scale)
     tp = np.maximum(t, 1e-6)
     z_at = np.log(np.expm1(np.minimum(tp * tp, 700.0)))  # the logit whose score is t
-    return np.where(t <= 0, 1.0, 1.0 - ndtr(z_at))
+    return np.where(t <= 0, 1.0, 1.0 - ndtr((z_at - mean) / scale))
 
 
-def _inclusion(scores: np.ndarray, bias: np.ndarray, k: int, gating: str) -> np.ndarray:
+def _inclusion(scores: np.ndarray, bias: np.ndarray, k: int, gating: str, mix: np.ndarray, shared: np.ndarray
+               ) -> np.ndarray:
     """Per expert, P(it is among the top k of scores + bias), averaged over the sample's tokens with the expert's
-    own score integrated out: its threshold is the k-th largest of the other experts' biased scores."""
+    own score integrated out: its threshold is the k-th largest of the other experts' biased scores, and its logit
+    given the token's shared part u is N(w u, 1 - w^2)."""
     s = scores + bias
     part = -np.partition(-s, (k - 1, k), axis=1)[:, k - 1:k + 1]  # k-th and (k+1)-th largest per token
     others = np.where(s >= part[:, :1], part[:, 1:], part[:, :1])
-    return _exceed(others - bias, gating).mean(axis=0)
+    return _exceed(others - bias, gating, mix[None, :] * shared[:, None], np.sqrt(1.0 - mix * mix)[None, :]
+                   ).mean(axis=0)
 
 
 @lru_cache(maxsize=16)
@@ -141,11 +166,13 @@ def _solve_bias(n_expert: int, k: int, curve: RouterCurve, gating: str) -> tuple
     if k == n_expert:
         return tuple(0.0 for _ in range(n_expert))
     rng = np.random.default_rng([0x0517, n_expert, k])
-    scores = _select(logit_sample(rng, SOLVE_TOKENS, n_expert), gating)
+    mix = curve.mix(n_expert)
+    shared = np.random.default_rng([0x0518, n_expert, k]).standard_normal(SOLVE_TOKENS)
+    scores = _select(logit_sample(rng, SOLVE_TOKENS, n_expert, mix, shared), gating)
     t_target = _threshold(target, gating)
     bias = -t_target
     for _ in range(SOLVE_ITERS):
-        got = _inclusion(scores, bias, k, gating)
+        got = _inclusion(scores, bias, k, gating, mix, shared)
         bias += _threshold(np.clip(got, 1e-9, 1 - 1e-9), gating) - t_target
         bias -= bias.max()
     bias = np.minimum.accumulate(bias)  # most routed first: never a higher bias further down the ranking
@@ -243,32 +270,40 @@ class Router:
         c = self.curve
         return {"router": self.kind, "router_ranking": ranking, "router_seed": str(self.seed),
                 "router_curve": (f"head_frac={c.head_frac:.4f} head_share={c.head_share} head_decay={c.head_decay} "
-                                 f"rare_frac={c.rare_frac} rare_level={c.rare_level}")}
+                                 f"rare_frac={c.rare_frac} rare_level={c.rare_level} cold_corr={c.cold_corr}")}
 
 
 @dataclass(frozen=True)
 class LayerRouting:
-    """A layer's calibrated router: bias per expert (for exp_probs_b and for drawing tid2eid rows)."""
+    """A layer's calibrated router: bias per expert (for exp_probs_b and for drawing tid2eid rows) and the weight of
+    the token's shared logit per expert (mixed into the router's rows, and into the logits tid2eid rows are drawn
+    from)."""
 
     bias: tuple[float, ...]
+    mix: tuple[float, ...] = ()
 
 
 def calibrated_layers(router: Router, n_layer: int, n_expert: int, k: int, gating: str = "sqrt_softplus"
                       ) -> list[LayerRouting]:
     """Per layer, the selection bias of each expert: the rank bias permuted by the layer's ranking."""
     by_rank = rank_bias(n_expert, k, router.curve, gating)
+    mix_by_rank = router.curve.mix(n_expert)
     ranks = layer_rankings(n_layer, n_expert, router.ranking, router.seed)
     out = []
     for i in range(n_layer):
         b = np.empty(n_expert)
         b[ranks[i]] = by_rank
-        out.append(LayerRouting(tuple(float(x) for x in b.astype(np.float32))))
+        w = np.empty(n_expert)
+        w[ranks[i]] = mix_by_rank
+        out.append(LayerRouting(tuple(float(x) for x in b.astype(np.float32)),
+                                tuple(float(x) for x in w) if w.any() else ()))
     return out
 
 
-def draw_hash_rows(rng: np.random.Generator, rows: int, k: int, bias: np.ndarray) -> np.ndarray:
+def draw_hash_rows(rng: np.random.Generator, rows: int, k: int, bias: np.ndarray, mix: np.ndarray | None = None
+                   ) -> np.ndarray:
     """For each of `rows` token ids, the k distinct experts the biased router picks for random logits (int32, k per
-    row): inclusion probabilities follow the curve the bias was solved for."""
-    z = logit_sample(rng, rows, bias.size).astype(np.float32)
+    row): inclusion probabilities follow the curve the bias was solved for (with `mix`, its correlated logits)."""
+    z = logit_sample(rng, rows, bias.size, mix).astype(np.float32)
     scores = _select(z) + bias.astype(np.float32)[None, :]
     return _topk(scores, k).astype(np.int32).reshape(-1)

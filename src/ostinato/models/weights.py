@@ -108,7 +108,8 @@ def iter_chunks(plan: TensorPlan, seed: int) -> Iterator[np.ndarray]:
         rows = min(per_group, n_rows - row)
         rng = _rng(seed, plan.name, group)
         if plan.init == "hash_route" and plan.values:
-            yield draw_hash_rows(rng, rows, ne0, np.asarray(plan.values))
+            yield draw_hash_rows(rng, rows, ne0, np.asarray(plan.values),
+                                 np.asarray(plan.mix_rows) if plan.mix_rows else None)
         elif plan.init == "hash_route":
             yield _hash_route(rng, rows, ne0, plan.n_expert)
         elif plan.dtype == "mxfp4":
@@ -116,7 +117,7 @@ def iter_chunks(plan: TensorPlan, seed: int) -> Iterator[np.ndarray]:
         elif plan.dtype == "q8_0":
             yield _zero_rows(_q8_0(rng, rows * ne0, plan.std), plan, row, rows, 2)
         else:
-            values = _pin(_normal(rng, rows * ne0, plan.std), plan, row, rows)
+            values = _pin(_mix(_normal(rng, rows * ne0, plan.std), plan, seed, row, rows), plan, row, rows)
             yield _zero_rows(_encode(values, plan.dtype), plan, row, rows, 0)
 
 
@@ -142,6 +143,21 @@ def _zero_rows(data: np.ndarray, plan: TensorPlan, row: int, rows: int, header: 
     else:
         view[hit] = 0
     return data
+
+
+def _mix(values: np.ndarray, plan: TensorPlan, seed: int, row: int, rows: int) -> np.ndarray:
+    """Rows r of a dense group become sqrt(1 - w_r^2) row_r + w_r v (`plan.mix_rows`), v one row of the tensor's
+    std drawn once per tensor: a logit every row shares, weighted by w_r."""
+    if not plan.mix_rows:
+        return values
+    if len(plan.mix_rows) != plan.n_elements // plan.ne[0]:
+        raise ValueError(f"tensor {plan.name}: {len(plan.mix_rows)} mixing weights for "
+                         f"{plan.n_elements // plan.ne[0]} rows")
+    v = _normal(np.random.default_rng([seed, zlib.crc32(plan.name.encode()), 0x5EED]), plan.ne[0], plan.std)
+    w = np.asarray(plan.mix_rows[row:row + rows], dtype=np.float32)[:, None]
+    view = values.reshape(rows, plan.ne[0])
+    view[:] = np.sqrt(1.0 - w * w) * view + w * v[None, :]
+    return values
 
 
 def _pin(values: np.ndarray, plan: TensorPlan, row: int, rows: int) -> np.ndarray:
