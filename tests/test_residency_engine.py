@@ -142,8 +142,64 @@ def test_bad_plans_are_clear_errors(engine_variants, tiny_model, llama_tree, tmp
     assert "cannot open" in _bad_start(engine_variants, tiny_model, tmp_path, tmp_path / "missing.json", "missing")
 
 
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d.update(version=1.0), "key 'format'/'version'"),
+    (lambda d: d.update(gpus={"0": d["gpus"][0]}), "key 'gpus': expected a non-empty array"),
+    (lambda d: d.update(gpus=[]), "key 'gpus': expected a non-empty array"),
+    (lambda d: d["gpus"][0].update(pool_bytes=-1), "key 'gpus[0].pool_bytes': expected an integer >= 0"),
+    (lambda d: d["model"].update(n_expert=3.0), "key 'model.n_expert': expected an integer >= 1"),
+    (lambda d: d["gpus"][0]["slots"][0].append(0), "key 'gpus[0].slots': expected [layer, expert] pairs"),
+    (lambda d: d["gpus"][0]["slots"].reverse(), "slots are sorted by layer, then expert"),
+])
+def test_plan_types_are_checked_as_the_schema_states(engine_variants, tiny_model, llama_tree, tmp_path, edit, message):
+    """The engine reads a plan by the rules of src/ostinato/residency/plan.schema.json, as the Python reader does."""
+    shape = moe_shape_from_gguf(tiny_model, llama_tree)
+    write_plan(tmp_path / "good.json", single_gpu_plan(shape, {l: [0, 1] for l in shape.moe_layers()}))
+    doc = json.loads((tmp_path / "good.json").read_text())
+    edit(doc)
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    assert message in _bad_start(engine_variants, tiny_model, tmp_path, tmp_path / "bad.json", "bad")
+
+
 def test_plan_of_the_wrong_model_is_refused(engine_variants, tiny_model, tiny_v4_model, llama_tree, tmp_path):
     v4 = moe_shape_from_gguf(tiny_v4_model, llama_tree)
     write_plan(tmp_path / "v4.json", single_gpu_plan(v4, {l: [0] for l in v4.moe_layers()}))
     log = _bad_start(engine_variants, tiny_model, tmp_path, tmp_path / "v4.json", "wrong")
     assert "residency plan" in log and "key 'model" in log
+
+
+def test_engine_and_python_accept_the_same_plans(engine_variants, tiny_model, llama_tree, tmp_path):
+    """Mutated plans of the tiny model: the engine loads one exactly when the Python reader accepts it and its model
+    section matches the model (the engine also checks the plan against the model it serves)."""
+    from test_fuzz import _with_checksum, mutate_doc
+
+    from ostinato.residency.planfile import read_plan
+
+    shape = moe_shape_from_gguf(tiny_model, llama_tree)
+    write_plan(tmp_path / "good.json", single_gpu_plan(shape, {l: [0, 1, 3] for l in shape.moe_layers()}))
+    base = json.loads((tmp_path / "good.json").read_text())
+    rng = np.random.default_rng(17)
+    outcomes = {"both accept": 0, "both refuse": 0}
+    for i in range(24):
+        doc = mutate_doc(json.loads(json.dumps(base)), rng, 1)
+        if i % 2 == 0 and isinstance(doc, dict):  # a consistent checksum, so the rules behind it show
+            doc = _with_checksum(doc)
+        path = tmp_path / f"case{i}.json"
+        path.write_text(json.dumps(doc))
+        try:
+            p = read_plan(path)
+            py_ok = ((p.n_layer, p.n_expert, p.n_expert_used) == (shape.n_layer, shape.n_expert, shape.n_expert_used)
+                     and list(p.expert_bytes) == list(shape.expert_bytes))
+        except ValueError:
+            py_ok = False
+        srv = _server(engine_variants["ostinato"], tiny_model, tmp_path, f"plan{i}", "--residency-plan", str(path))
+        try:
+            srv.start()
+            engine_ok = True
+        except ServerError:
+            engine_ok = False
+        finally:
+            srv.stop()
+        assert engine_ok == py_ok, f"case {i}: engine {'accepts' if engine_ok else 'refuses'} {json.dumps(doc)[:400]}"
+        outcomes["both accept" if py_ok else "both refuse"] += 1
+    assert outcomes["both accept"] > 0 and outcomes["both refuse"] > 0, outcomes

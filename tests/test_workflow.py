@@ -49,7 +49,9 @@ def test_replays_are_declared_outputs_that_forcerun_measures_again():
     assert "mv results/replay/tau2-few/.partial/ostinato results/replay/tau2-few/ostinato" in proc.stdout
     proc = _snakemake("-n", "--quiet", "rules", "--cores", "1", "--forcerun", "replay", "tables/replay_compare.md")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"^replay\s+4$", proc.stdout, re.M), proc.stdout
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    n = len(cfg["replay"]["sets"]) * len(cfg["replay"]["engines"])
+    assert re.search(rf"^replay\s+{n}$", proc.stdout, re.M), proc.stdout
     proc = _snakemake("-n", "-p", "--forceall", "--cores", "1", "results/residency/recorded/swe-dev-few")
     assert proc.returncode == 0 and "rule record_routing:" in proc.stdout, proc.stdout + proc.stderr
 
@@ -131,7 +133,7 @@ def test_repeated_replays_alternate_the_engine_order(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["replay"]["repeats"] = 2
     path = tmp_path / "repeats.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))  # the engines' order is the config's
     proc = _snakemake("results/replay/sessions.csv", "-n", "-p", "--forceall", "--cores", "1", "--configfile", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sets, engines = cfg["replay"]["sets"], list(cfg["replay"]["engines"])
@@ -166,6 +168,22 @@ def test_engine_reached_by_url_in_the_replay(tmp_path):
     good.write_text(yaml.safe_dump(cfg))
     proc = _snakemake("-n", "--configfile", str(good), "--cores", "1")
     assert proc.returncode != 0 and "replay.engines.vllm" in proc.stdout + proc.stderr
+
+
+def test_llama_fork_reached_by_url_in_the_replay(tmp_path):
+    """A llama.cpp fork without our replay fields (ik_llama.cpp) runs beside the others as api llama-generate."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["replay"]["engines"]["ik_llama.cpp"] = {"url": "http://127.0.0.1:8090", "api": "llama-generate"}
+    path = tmp_path / "ik.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("results/replay/tau2-few/ik_llama.cpp.sessions.csv", "-n", "-p", "--forceall", "--cores", "1",
+                      "--configfile", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--server-url http://127.0.0.1:8090 --api llama-generate" in proc.stdout
+    cfg["replay"]["engines"]["ik_llama.cpp"] = {"variant": "stock", "api": "llama-generate"}
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake("-n", "--configfile", str(path), "--cores", "1")
+    assert proc.returncode != 0 and "api llama-generate needs url" in proc.stdout + proc.stderr
 
 
 def test_gpu_config_dag_and_result_sources(tmp_path):

@@ -22,6 +22,7 @@ _GROUPS = (
     "ostinato.sweep.cli",
     "ostinato.calibrate.cli",
     "ostinato.artifact.cli",
+    "ostinato.peers.cli",
 )
 
 

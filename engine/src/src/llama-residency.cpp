@@ -89,6 +89,79 @@ static void residency_write_tables(const llama_residency & rsd, int il, const st
     ggml_backend_tensor_set(lr.tab_stage, t_stage.data(), 0, n_tab*sizeof(int32_t));
 }
 
+// the plan's JSON types, as its schema states them (src/ostinato/residency/plan.schema.json): "" if they hold,
+// else what is wrong, naming the key. Integers must be JSON integers (no fraction, no exponent).
+static bool residency_is_int(const json & v, int64_t lo, uint64_t hi) {
+    if (v.is_number_unsigned()) {
+        return v.get<uint64_t>() <= hi && (lo <= 0 || v.get<uint64_t>() >= (uint64_t) lo);
+    }
+    return v.is_number_integer() && v.get<int64_t>() >= lo && (v.get<int64_t>() < 0 || (uint64_t) v.get<int64_t>() <= hi);
+}
+
+static std::string residency_plan_shape_error(const json & doc) {
+    const uint64_t u32 = 4294967295ull, u64 = UINT64_MAX, i31 = 2147483647ull;
+    if (!doc.is_object()) {
+        return "expected a JSON object";
+    }
+    if (!doc.contains("format") || doc["format"] != "ostinato-plan" || !doc.contains("version") ||
+            !residency_is_int(doc["version"], 1, 1)) {
+        return "key 'format'/'version': expected \"ostinato-plan\" and the integer 1";
+    }
+    if (!doc.contains("model") || !doc["model"].is_object()) {
+        return "key 'model': expected an object";
+    }
+    const json & m = doc["model"];
+    for (const char * k : { "n_layer", "n_expert", "n_expert_used" }) {
+        if (!m.contains(k) || !residency_is_int(m[k], 1, std::string(k) == "n_expert" ? 65535 : u32)) {
+            return std::string("key 'model.") + k + "': expected an integer >= 1";
+        }
+    }
+    if (!m.contains("expert_bytes") || !m["expert_bytes"].is_array()) {
+        return "key 'model.expert_bytes': expected an array";
+    }
+    for (size_t i = 0; i < m["expert_bytes"].size(); ++i) {
+        if (!residency_is_int(m["expert_bytes"][i], 0, u64)) {
+            return "key 'model.expert_bytes[" + std::to_string(i) + "]': expected an integer >= 0";
+        }
+    }
+    if (!doc.contains("gpus") || !doc["gpus"].is_array() || doc["gpus"].empty()) {
+        return "key 'gpus': expected a non-empty array";
+    }
+    for (size_t i = 0; i < doc["gpus"].size(); ++i) {
+        const json & g = doc["gpus"][i];
+        const std::string at = "key 'gpus[" + std::to_string(i) + "]";
+        if (!g.is_object()) {
+            return at + "': expected an object";
+        }
+        if (!g.contains("gpu") || !residency_is_int(g["gpu"], 0, i31)) {
+            return at + ".gpu': expected an integer >= 0";
+        }
+        if (!g.contains("layers") || !g["layers"].is_array() || g["layers"].empty()) {
+            return at + ".layers': expected a non-empty array";
+        }
+        for (const json & l : g["layers"]) {
+            if (!residency_is_int(l, 0, i31)) {
+                return at + ".layers': expected integers >= 0";
+            }
+        }
+        if (g.contains("pool_bytes") && !residency_is_int(g["pool_bytes"], 0, u64)) {
+            return at + ".pool_bytes': expected an integer >= 0";
+        }
+        if (!g.contains("slots") || !g["slots"].is_array()) {
+            return at + ".slots': expected an array";
+        }
+        for (const json & sl : g["slots"]) {
+            if (!sl.is_array() || sl.size() != 2 || !residency_is_int(sl[0], 0, i31) || !residency_is_int(sl[1], 0, i31)) {
+                return at + ".slots': expected [layer, expert] pairs of integers >= 0";
+            }
+        }
+    }
+    if (!doc.contains("checksum") || !doc["checksum"].is_string()) {
+        return "key 'checksum': expected a string";
+    }
+    return "";
+}
+
 #define RSD_FAIL(...) do { LLAMA_LOG_ERROR("%s: residency plan '%s': ", __func__, path); LLAMA_LOG_ERROR(__VA_ARGS__); LLAMA_LOG_ERROR("\n"); return nullptr; } while (0)
 
 llama_residency * llama_residency_load(llama_model & model, const char * path, uint32_t n_upload_min) {
@@ -120,10 +193,13 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
     std::vector<std::vector<int>>                 gpu_layers;
     std::vector<std::vector<std::pair<int, int>>> gpu_slots;
     std::vector<uint64_t>                         gpu_pool_bytes;
-    try {
-        if (doc.value("format", "") != "ostinato-plan" || doc.value("version", 0) != 1) {
-            RSD_FAIL("key 'format'/'version': expected \"ostinato-plan\" version 1");
+    {
+        const std::string err = residency_plan_shape_error(doc);
+        if (!err.empty()) {
+            RSD_FAIL("%s", err.c_str());
         }
+    }
+    try {
         const json & m = doc.at("model");
         const uint32_t p_layer = m.at("n_layer"), p_expert = m.at("n_expert"), p_used = m.at("n_expert_used");
         if (p_layer != n_layer || p_expert != n_expert || p_used != n_used) {
@@ -159,7 +235,12 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
             }
             gpu_pool_bytes[j] = g.value("pool_bytes", (uint64_t) 0);
             for (const json & s : g.at("slots")) {
-                gpu_slots[j].emplace_back(s.at(0).get<int>(), s.at(1).get<int>());
+                const std::pair<int, int> sl(s.at(0).get<int>(), s.at(1).get<int>());
+                if (!gpu_slots[j].empty() && !(gpu_slots[j].back() < sl)) {
+                    RSD_FAIL("key 'gpus[%d].slots': (%d, %d) after (%d, %d): slots are sorted by layer, then expert, once each",
+                            j, sl.first, sl.second, gpu_slots[j].back().first, gpu_slots[j].back().second);
+                }
+                gpu_slots[j].push_back(sl);
             }
         }
 
@@ -451,6 +532,7 @@ ggml_tensor * llama_residency_build_moe(
                 ggml_cgraph * gf,
                 ggml_tensor * selected,
                         int   il,
+                    int64_t   n_pass,
           ggml_tensor * const * exps,
                        bool   has_extras,
         const llama_residency_experts_fn & build_experts) {
@@ -474,17 +556,17 @@ ggml_tensor * llama_residency_build_moe(
     llama_residency_policy * pol = rsd->policy.get();
     if (pol != nullptr) {
         auto * inp = residency_input_get_or_add(res, rsd);
-        if (!pol->serves(n_tokens)) {
+        if (!pol->serves(n_pass)) {
             inp->native = true; // a pass the cache does not serve computes as llama.cpp does
             return nullptr;
         }
     }
 
-    if (rsd->prefill_native && n_tokens > 1) {
+    if (rsd->prefill_native && n_pass > 1) {
         // ablation: prefill takes llama.cpp's native path (all routes from host memory: on the CPU, or uploaded
         // by the backend's op offload), only single-token passes use the pools
         if (il == rsd->il_first) {
-            LLAMA_LOG_INFO("%s: native prefill graph of %lld tokens: resident experts not used\n", __func__, (long long) n_tokens);
+            LLAMA_LOG_INFO("%s: native prefill graph of %lld tokens: resident experts not used\n", __func__, (long long) n_pass);
         }
         return nullptr;
     }

@@ -95,7 +95,9 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
 using llama_residency_experts_fn = std::function<ggml_tensor * (ggml_tensor * ids, ggml_tensor * const * exps)>;
 
 // graph hook of build_moe_ffn: the experts' outputs computed from the pool and the CPU (split path)
-// or the pool and the staging buffer (upload path); nullptr when the layer computes as stock
+// or the pool and the staging buffer (upload path); nullptr when the layer computes as stock.
+// n_pass: the tokens of the forward pass (the last layer may compute fewer rows, the outputs only); the native
+// prefill ablation and the dynamic policies decide by it
 ggml_tensor * llama_residency_build_moe(
         const llama_residency * rsd,
                ggml_context * ctx0,
@@ -103,6 +105,7 @@ ggml_tensor * llama_residency_build_moe(
                 ggml_cgraph * gf,
                 ggml_tensor * selected,
                         int   il,
+                    int64_t   n_pass,
           ggml_tensor * const * exps,
                        bool   has_extras,
         const llama_residency_experts_fn & build_experts);

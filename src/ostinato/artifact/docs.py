@@ -30,6 +30,7 @@ TEMPLATES: dict[str, str] = {
     "data/reference/h200/compare/README.md.j2": "data/reference/h200/compare/README.md",
     "data/reference/h200/ablation/README.md.j2": "data/reference/h200/ablation/README.md",
     "data/reference/h200/qwen/README.md.j2": "data/reference/h200/qwen/README.md",
+    "data/reference/h200/baselines/README.md.j2": "data/reference/h200/baselines/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
 

@@ -14,6 +14,7 @@ from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
+from ostinato.server.client import APIS
 from ostinato.server.launcher import ExternalServer, LlamaServer, ServerConfig
 from ostinato.replay.store import ResultStore, write_json_atomic
 from ostinato.residency.budget import resolve_budget
@@ -39,12 +40,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--model", type=Path, help="GGUF model file (with --server-bin)")
     r.add_argument("--server-url", default=None,
                    help="an engine already running elsewhere, e.g. http://host:8000 (instead of --server-bin/--model)")
-    r.add_argument("--api", choices=("llama", "openai"), default="llama",
-                   help="llama: llama-server's /completion with forced outputs (default); openai: an OpenAI-compatible "
-                        "/v1/completions (the engine generates outputs of the recorded length; --server-url only)")
+    r.add_argument("--api", choices=APIS, default="llama",
+                   help="llama: llama-server's /completion with forced outputs (default); llama-generate: the same "
+                        "endpoint without forced outputs or routing, for llama.cpp forks such as ik_llama.cpp (start it "
+                        "with --slot-save-path; the engine generates outputs of the recorded length; --server-url only); "
+                        "openai: an OpenAI-compatible /v1/completions (generated outputs of the recorded length; "
+                        "--server-url only)")
     r.add_argument("--model-name", default="", help="with --api openai: the model field of the requests")
     r.add_argument("--health-path", default=None,
-                   help="with --server-url: path answering 200 when the engine is up (default /health or /v1/models)")
+                   help="with --server-url: path answering 200 when the engine is up (default /health, or /v1/models "
+                        "with --api openai)")
     r.add_argument("--sessions", required=True, type=Path, help="sessions JSONL from `ostinato sessions build`")
     r.add_argument("--out", required=True, type=Path, help="output directory (results go to OUT/ENGINE/)")
     r.add_argument("--server-arg", action="append", default=[], metavar="ARG",
@@ -141,15 +146,16 @@ def _check_server_args(args: argparse.Namespace) -> None:
         if args.server_bin is None or args.model is None:
             raise ValueError("replay run needs --server-bin and --model (or --server-url of a running engine)")
         if args.api != "llama":
-            raise ValueError("--api openai needs --server-url: a started llama-server is driven through /completion")
+            raise ValueError(f"--api {args.api} needs --server-url: a started llama-server is driven through "
+                             "/completion with forced outputs")
         return
     started = [f for f, v in (("--server-bin", args.server_bin), ("--preset", args.preset),
                               ("--server-arg", args.server_arg), ("--server-args", args.server_args),
                               ("--env", args.env), ("--port", args.port)) if v]
     if started:
         raise ValueError(f"--server-url: the engine runs elsewhere; {', '.join(started)} would not reach it")
-    if args.api == "openai" and (args.routing_force_dir or args.routing_record_dir):
-        raise ValueError("--api openai: routing traces are a llama-server (stock/ostinato) feature")
+    if args.api != "llama" and (args.routing_force_dir or args.routing_record_dir):
+        raise ValueError(f"--api {args.api}: routing traces are a llama-server (stock/ostinato) feature")
 
 
 def run_cmd(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ import httpx
 from tqdm import tqdm
 
 from ostinato.atomic import sha256_file
-from ostinato.server.client import RequestInput, RequestOutput, erase_slot, send_completion
+from ostinato.server.client import LLAMA_APIS, RequestInput, RequestOutput, erase_slot, send_completion
 from ostinato.errors import InputError
 from ostinato.inputs import load_json
 from ostinato.replay.store import ResultStore, write_json_atomic
@@ -82,6 +82,8 @@ class ReplayConfig:
     warmup: bool = True
     progress: bool = True
     # "llama": llama-server's /completion (forced output tokens, slot erase, routing, server timings);
+    # "llama-generate": the same endpoint, slot erase and server timings without forced outputs or routing (a
+    # llama.cpp fork such as ik_llama.cpp generates outputs of the recorded length);
     # "openai": an OpenAI-compatible /v1/completions (an external engine generates its own outputs)
     api: str = "llama"
     model_name: str = ""  # the "model" field of OpenAI requests
@@ -171,8 +173,8 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
     """
     records: list[dict] = []
     reason, restart = "", False
-    llama = cfg.api == "llama"
-    if llama:  # an external engine's cache is its own business: each request sends the whole conversation
+    forced = cfg.api == "llama"  # only our engines emit the recorded outputs; a peer generates its own
+    if cfg.api in LLAMA_APIS:  # an OpenAI engine's cache is its own business: each request sends the whole conversation
         try:
             erase_slot(server.client, server.base_url, 0)
         except (httpx.TransportError, RuntimeError) as exc:
@@ -186,19 +188,20 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
         prompt = context + list(req.new_token_ids)
         if reason:
             records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), None,
-                                          reason if turn == 0 and not records else SKIPPED, server.n_starts, llama,
+                                          reason if turn == 0 and not records else SKIPPED, server.n_starts, forced,
                                           attempt))
             if bar is not None:
                 bar.update(1)
             continue
-        inp = RequestInput(tuple(prompt), max(1, req.n_output), req.output_token_ids, cfg.temperature, extra=extra)
+        inp = RequestInput(tuple(prompt), max(1, req.n_output), req.output_token_ids if forced else (),
+                           cfg.temperature, extra=extra)
         out = send_completion(server.client, server.base_url, inp, cfg.request_timeout_s, cfg.api, cfg.model_name)
         error = ""
         if not out.success:
             error, restart = failure_reason(server, out.error)
             reason = error
         records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), out, error, server.n_starts,
-                                      llama, attempt))
+                                      forced, attempt))
         context = prompt + list(req.output_token_ids)  # the recorded conversation, whatever the engine generated
         if bar is not None:
             bar.update(1)

@@ -63,6 +63,13 @@ def _best_split_two(prefix: list[np.ndarray], sizes: list[int], budget: int) -> 
     return [int(n1[i]), int(n2[i])], int(cov[i])
 
 
+def _plan_arrays(counts, layer_gpu, expert_bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The planners' inputs as arrays (layer_gpu cut to the counted layers) and an empty residency mask."""
+    counts = np.asarray(counts)
+    layer_gpu = np.asarray(layer_gpu)[:counts.shape[0]]
+    return counts, layer_gpu, np.asarray(expert_bytes, dtype=np.int64), np.zeros(counts.shape, dtype=bool)
+
+
 def plan_frequency(counts: np.ndarray, layer_gpu: np.ndarray, expert_bytes: np.ndarray,
                    pool_bytes: list[int]) -> Plan:
     """Prop 3.1 with size classes: per GPU, the most-routed experts of its layers that fit in pool_bytes.
@@ -70,11 +77,7 @@ def plan_frequency(counts: np.ndarray, layer_gpu: np.ndarray, expert_bytes: np.n
     counts [n_layer, n_expert] route counts; layer_gpu [n_layer] device of each layer (-1: CPU, no pool);
     expert_bytes [n_layer] one expert's bytes (0: layer without routed experts).
     """
-    counts = np.asarray(counts)
-    n_layer, n_expert = counts.shape
-    layer_gpu = np.asarray(layer_gpu)[:n_layer]
-    eb = np.asarray(expert_bytes, dtype=np.int64)
-    hot = np.zeros((n_layer, n_expert), dtype=bool)
+    counts, layer_gpu, eb, hot = _plan_arrays(counts, layer_gpu, expert_bytes)
     slots, splits, covered = [], [], []
     for j, budget in enumerate(pool_bytes):
         layers = np.flatnonzero((layer_gpu == j) & (eb > 0))
@@ -99,11 +102,8 @@ def plan_frequency(counts: np.ndarray, layer_gpu: np.ndarray, expert_bytes: np.n
 def plan_uniform(counts: np.ndarray, layer_gpu: np.ndarray, expert_bytes: np.ndarray, pool_bytes: list[int]) -> Plan:
     """KTransformers' default placement at the same pool bytes: per GPU, the same number of experts in each of its
     MoE layers (the most that fits), each layer's most-routed ones."""
-    counts = np.asarray(counts)
-    n_layer, n_expert = counts.shape
-    layer_gpu = np.asarray(layer_gpu)[:n_layer]
-    eb = np.asarray(expert_bytes, dtype=np.int64)
-    hot = np.zeros((n_layer, n_expert), dtype=bool)
+    counts, layer_gpu, eb, hot = _plan_arrays(counts, layer_gpu, expert_bytes)
+    n_expert = counts.shape[1]
     slots, splits, covered = [], [], []
     for j, budget in enumerate(pool_bytes):
         layers = np.flatnonzero((layer_gpu == j) & (eb > 0))

@@ -75,6 +75,12 @@ class RequestOutput:
         return (self.latency - self.ttft) / (self.n_output - 1)
 
 
+# The request APIs of `send_completion`: "llama" is llama-server's /completion with the recorded outputs forced (the
+# stock and ostinato engines); "llama-generate" the same endpoint and fields without forced outputs or routing, for
+# llama.cpp forks that lack them (the engine generates outputs of the recorded length); "openai" /v1/completions.
+APIS = ("llama", "llama-generate", "openai")
+LLAMA_APIS = ("llama", "llama-generate")
+
 _FINAL_KEYS = ("stop_type", "tokens_predicted", "tokens_evaluated", "tokens_cached", "truncated", "id_slot")
 
 
@@ -111,30 +117,50 @@ def _parse_chunk(data: str, out: RequestOutput) -> dict | None:
     return chunk
 
 
-def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_counter) -> RequestOutput:
-    """Fill `out` from the SSE lines of a `/completion` stream, timestamping chunks as they arrive."""
-    last = None
+def _chunks(lines: Iterable[str], out: RequestOutput, clock) -> Iterator[tuple[float, dict]]:
+    """(arrival time, JSON) of each SSE payload until `[DONE]`, or until one records an error in `out`."""
     for data in iter_sse_data(lines):
         now = clock()
         if data == "[DONE]":
-            break
+            return
         chunk = _parse_chunk(data, out)
         if chunk is None:
-            return out
+            return
+        yield now, chunk
+
+
+def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_counter,
+                   text_chunks: bool = False) -> RequestOutput:
+    """Fill `out` from the SSE lines of a `/completion` stream, timestamping chunks as they arrive.
+
+    A chunk carries output when it streams token ids (`tokens`, llama-server with `return_tokens`). With
+    `text_chunks` (api llama-generate), a server whose chunks have no `tokens` field at all (ik_llama.cpp) carries
+    output in each non-final chunk with text; without it such a stream is an error, since forced outputs cannot be
+    checked without the ids.
+    """
+    last = None
+    for now, chunk in _chunks(lines, out, clock):
         tokens = chunk.get("tokens") or []
         if tokens:
             last = _token_chunk(out, now, last)
             out.token_ids.extend(int(t) for t in tokens)
+        elif text_chunks and "tokens" not in chunk and chunk.get("content") and not chunk.get("stop"):
+            # a server that streams no token ids (ik_llama.cpp's /completion): a chunk of text carries output
+            last = _token_chunk(out, now, last)
         if chunk.get("stop"):
             out.timings = dict(chunk.get("timings") or {})
             out.final = {k: chunk[k] for k in _FINAL_KEYS if k in chunk}
+    if out.error:  # a payload that did not parse, or the server's error
+        return out
     out.t_done = clock()
     out.latency = out.t_done - out.t_send
     out.n_output = int(out.final.get("tokens_predicted", len(out.token_ids)))
     if not out.final:
         out.error = "stream ended without a final chunk (stop=true)"
     elif out.t_first_token is None and out.n_output > 0:
-        out.error = "no chunk carried a token"
+        out.error = ("no chunk carried a token" if text_chunks else
+                     "no chunk carried a token id (a server that streams no token ids, such as a llama.cpp fork, "
+                     "cannot replay forced outputs: use --api llama-generate)")
     else:
         out.success = True
     return out
@@ -148,13 +174,7 @@ def consume_openai_stream(lines: Iterable[str], out: RequestOutput, clock=time.p
     (llama-server sends them) are kept.
     """
     last = None
-    for data in iter_sse_data(lines):
-        now = clock()
-        if data == "[DONE]":
-            break
-        chunk = _parse_chunk(data, out)
-        if chunk is None:
-            return out
+    for now, chunk in _chunks(lines, out, clock):
         choices = chunk.get("choices") or []
         if "".join(c.get("text") or "" for c in choices):
             last = _token_chunk(out, now, last)
@@ -165,6 +185,8 @@ def consume_openai_stream(lines: Iterable[str], out: RequestOutput, clock=time.p
             out.final["usage"] = dict(chunk["usage"])
         if chunk.get("timings"):
             out.timings = dict(chunk["timings"])
+    if out.error:  # a payload that did not parse, or the server's error
+        return out
     out.t_done = clock()
     out.latency = out.t_done - out.t_send
     usage = out.final.get("usage") or {}
@@ -182,15 +204,19 @@ def send_completion(client: httpx.Client, base_url: str, req: RequestInput, time
                     api: str = "llama", model: str = "") -> RequestOutput:
     """POST one streaming completion and return its timings; errors are recorded, never raised.
 
-    `api`: "llama" (llama-server's `/completion`, forced tokens and server timings) or "openai" (an
-    OpenAI-compatible `/v1/completions`, `model` names the served model).
+    `api`: "llama" (llama-server's `/completion`, forced tokens and server timings), "llama-generate" (the same
+    endpoint; the request must carry no forced tokens) or "openai" (an OpenAI-compatible `/v1/completions`, `model`
+    names the served model).
     """
-    if api not in ("llama", "openai"):
-        raise ValueError(f"api {api!r}: expected llama or openai")
+    if api not in APIS:
+        raise ValueError(f"api {api!r}: expected one of {', '.join(APIS)}")
+    if api == "llama-generate" and (req.forced_token_ids or "routing" in req.extra):
+        raise ValueError("api llama-generate sends no forced tokens or routing traces (a peer engine lacks them)")
     out = RequestOutput()
     out.wall_send = time.time()
     out.t_send = time.perf_counter()
-    path, body = ("/completion", req.payload()) if api == "llama" else ("/v1/completions", req.openai_payload(model))
+    llama = api in LLAMA_APIS
+    path, body = ("/completion", req.payload()) if llama else ("/v1/completions", req.openai_payload(model))
     try:
         with client.stream("POST", f"{base_url}{path}", json=body, timeout=timeout_s) as resp:
             if resp.status_code != 200:
@@ -199,7 +225,9 @@ def send_completion(client: httpx.Client, base_url: str, req: RequestInput, time
                 out.t_done = time.perf_counter()
                 out.latency = out.t_done - out.t_send
                 return out
-            return consume_stream(resp.iter_lines(), out) if api == "llama" else consume_openai_stream(resp.iter_lines(), out)
+            if llama:
+                return consume_stream(resp.iter_lines(), out, text_chunks=api == "llama-generate")
+            return consume_openai_stream(resp.iter_lines(), out)
     except (httpx.TransportError, httpx.StreamError) as exc:
         out.connection_error = True
         out.error = f"connection error: {type(exc).__name__}: {exc}"
@@ -212,5 +240,6 @@ def erase_slot(client: httpx.Client, base_url: str, slot: int = 0, timeout_s: fl
     """Erase the prompt cache of a slot (needs `--slot-save-path`); return the erased token count."""
     resp = client.post(f"{base_url}/slots/{slot}", params={"action": "erase"}, timeout=timeout_s)
     if resp.status_code != 200:
-        raise RuntimeError(f"erasing slot {slot} failed: HTTP {resp.status_code}: {resp.text[:300]}")
+        hint = " (is the server started with --slot-save-path DIR?)" if resp.status_code in (404, 501) else ""
+        raise RuntimeError(f"erasing slot {slot} failed: HTTP {resp.status_code}{hint}: {resp.text[:300]}")
     return int(resp.json().get("n_erased", 0))

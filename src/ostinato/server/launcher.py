@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from ostinato.server.client import RequestInput, erase_slot, send_completion
+from ostinato.server.client import LLAMA_APIS, RequestInput, erase_slot, send_completion
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -231,13 +231,13 @@ class ExternalServer:
 
     def __init__(self, base_url: str, api: str = "openai", model: str = "", health_path: str | None = None,
                  startup_timeout_s: float = 60.0):
-        """Keep the address; `health_path` defaults to /health (llama) or /v1/models (openai)."""
+        """Keep the address; `health_path` defaults to /health (llama, llama-generate) or /v1/models (openai)."""
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"--server-url {base_url!r}: expected an http:// or https:// URL")
         self.base_url = base_url.rstrip("/")
         self.api = api
         self.model = model
-        self.health_path = health_path or ("/health" if api == "llama" else "/v1/models")
+        self.health_path = health_path or ("/health" if api in LLAMA_APIS else "/v1/models")
         self.startup_timeout_s = startup_timeout_s
         self.n_starts = 0
         self.client = httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0),

