@@ -8,6 +8,9 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"  # snakemake --report report.html: the verdict first, then every result
+
+
 validate(config, "workflow/schemas/config.schema.yaml")  # also fills in every default the schema holds
 
 
@@ -24,6 +27,7 @@ include: "workflow/rules/replay.smk"
 include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/sweep.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/artifact.smk"
 
 
 rule all:
@@ -37,4 +41,5 @@ rule all:
         calibrate_targets(),
         sweep_targets(),
         figures_targets(),
+        artifact_targets(),
     default_target: True

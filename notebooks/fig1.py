@@ -67,9 +67,11 @@ for (metric, title), row in zip(panels, axes):
         ax.set_xlabel("")
         ax.set_ylabel("speedup over the slowest")
         ax.set_title(f"{title}, {w}")
-        if ax.get_legend() is not None and ax is not axes[0][-1]:
+        if ax.get_legend() is not None:
             ax.get_legend().remove()
-if axes[0][-1].get_legend() is not None:
-    sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.0, 1.0), title=None)
+# one legend for every series of every panel (a series may be in one workload's panels only)
+handles = {lab: h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels())}
+fig.legend([handles[s] for s in labels if s in handles], [s for s in labels if s in handles], loc="upper left",
+           bbox_to_anchor=(1.0, 0.98))
 fig.tight_layout()
 nb.save_figure(fig)

@@ -21,6 +21,12 @@
 # (`figures/replay_summary.{pdf,png}`) comparing the engine variants (`stock`, `ostinato`, …) and the
 # comparison of every engine with the target engine as in the paper's Table 3 (`tables/replay_compare.{csv,md}`).
 # Every series is measured on one machine and labelled `measured (<machine>)`.
+#
+# **Foreign load.** Each replay samples what else loaded the machine (`ostinato.replay.load`): a session whose other
+# processes used more than the threshold's share of the machine's CPU time (config `replay.foreign_load_threshold`,
+# default 10%) is flagged `foreign load`; its times include waiting for that work. Results made before the replay
+# sampled the load are `unknown`. The table and the comparison count the flags; the figure marks flagged sessions
+# `*` and unknown ones `?` on its axis.
 
 # %% tags=["parameters"]
 summary_csv = "results/replay/sessions.csv"  # one path, or a list of paths (concatenated)
@@ -61,14 +67,16 @@ order = [e for e in engines if e in set(df["engine"])] + sorted(set(df["engine"]
 df = df[df["engine"].isin(order)].copy()
 df["engine"] = pd.Categorical(df["engine"], categories=order, ordered=True)
 sessions = sorted(df["session"].unique())
-short = {s: f"s{i}" for i, s in enumerate(sessions)}  # x-axis labels of the figure
+short = {s: f"s{i}" for i, s in enumerate(sessions)}  # x-axis labels of the figure (`*` foreign load, `?` unknown)
 print(f"{len(df)} rows, engines {order}, machine {machine!r}")
 
 # %% [markdown]
 # ## Per-session table
 # One row per session (`label` as on the figure's axis); per engine the total request time (sum of client latencies), median TTFT
-# and TPOT (over its successful requests); `speedup_vs_<reference>` = the first other engine's total request time
-# over the target's where both completed the session; `failed_engines` names those that did not.
+# and TPOT (over its successful requests) and the load flag of its replay (`<engine>_load`); `speedup_vs_<reference>` = the
+# first other engine's total request time over the target's where both completed the session; `failed_engines`
+# names those that did not; `load_flag` is `foreign load` when any engine's replay of the session was flagged,
+# `unknown` when one was not sampled, else `clean`.
 
 # %%
 metrics = {"total_request_s": "total_s", "ttft_median_s": "ttft_med_s", "tpot_median_s": "tpot_med_s"}
@@ -90,6 +98,16 @@ reference = next((e for e in order if e != target), None)
 if reference is not None and target in order:  # only where both engines completed the session
     table[f"speedup_vs_{reference}"] = (table[f"{reference}_total_s"] / table[f"{target}_total_s"]).where(failed_engines == "")
 table["failed_engines"] = failed_engines
+flags = (df.assign(load_flag=df["load_flag"].fillna("unknown")) if "load_flag" in df else df.assign(load_flag="unknown"))
+load = flags.pivot_table(index="session", columns="engine", values="load_flag", aggfunc="first", observed=True)
+for engine in order:
+    if engine in load.columns:
+        table[f"{engine}_load"] = load[engine].reindex(table.index)
+session_flag = load.apply(lambda r: "foreign load" if (r == "foreign load").any()
+                          else "unknown" if (r == "unknown").any() else "clean", axis=1)
+table["load_flag"] = session_flag.reindex(table.index)
+mark = {"foreign load": "*", "unknown": "?", "clean": ""}
+short = {s: f"{short[s]}{mark[session_flag.get(s, 'unknown')]}" for s in sessions}
 table = table.reset_index()
 table.insert(1, "label", table["session"].map(short))
 saved = save_table(table, Path(tables_dir) / output_stem)
@@ -120,7 +138,9 @@ for ax, (col, title) in zip(axes[0], panels):
         ax.get_legend().remove()
 if axes[0][-1].get_legend() is not None:
     sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.0, 1.0), title=None)
-fig.suptitle(f"Replay per session, {machine}")
+n_flag, n_unknown = int((session_flag == "foreign load").sum()), int((session_flag == "unknown").sum())
+fig.suptitle(f"Replay per session, {machine}: {n_flag} of {len(sessions)} sessions under foreign load (*)"
+             + (f", {n_unknown} unknown (?)" if n_unknown else ""))
 fig.tight_layout()
 figs = save_figure(fig, Path(figures_dir) / output_stem)
 print("wrote", *figs)
@@ -140,7 +160,8 @@ print("wrote", *figs)
 # the split and upload prefill paths, loading the plan made from the development sessions' recorded routing), at
 # the same GPU memory for experts. On a CPU-only machine there is no GPU: the layers preset runs everything on
 # the CPU, the pool is a host buffer and both branches share the same cores, so the share saved there is no speed
-# comparison; on a GPU it is. Rows are labelled `measured (<machine>)`.
+# comparison; on a GPU it is. Rows are labelled `measured (<machine>)`. The `foreign load` column counts each engine's
+# sessions measured under foreign load (`k/n`; `unknown` without load samples).
 
 # %%
 from ostinato.replay.metrics import CompareConfig, compare_engines, display_table, save_comparison

@@ -186,3 +186,22 @@ def test_rows_per_workload_and_all():
     t = compare_engines(df, cfg=FAST).table.set_index(["workload", "engine"])
     assert t.loc[("swe-mini", "stock"), "sessions"] == 0 and pd.isna(t.loc[("swe-mini", "stock"), "saved_pct"])
     assert t.loc[("all", "stock"), "saved_pct"] == pytest.approx(50.0)
+
+
+def test_compare_counts_sessions_under_foreign_load(tmp_path: Path):
+    """The load flag of `replay summarize` reaches the comparison: per engine how many kept sessions were flagged,
+    and summaries without the flag (made before the replay sampled the load) count as unknown, not clean."""
+    df = session_rows({"stock": [10.0, 20.0, 30.0], "ostinato": [5.0, 10.0, 15.0]})
+    df["load_flag"] = ["foreign load", "clean", "clean", "clean", "clean", "foreign load"]
+    df["load_threshold"] = 0.1
+    comp = compare_engines(df, cfg=FAST)
+    t = comp.table.set_index("engine")
+    assert t.loc["stock", "foreign_load_sessions"] == 1 and t.loc["ostinato", "foreign_load_sessions"] == 1
+    assert (t["load_unknown_sessions"] == 0).all() and (t["load_threshold"] == 0.1).all()
+    save_comparison(comp, tmp_path / "c")
+    md = (tmp_path / "c.md").read_text()
+    assert "| 1/3" in md and "2 of 6 engine sessions flagged" in md and "above 10% of the machine's CPU time" in md
+    old = compare_engines(session_rows({"stock": [10.0, 20.0], "ostinato": [5.0, 10.0]}), cfg=FAST)
+    assert (old.table["load_unknown_sessions"] == 2).all() and (old.table["foreign_load_sessions"] == 0).all()
+    save_comparison(old, tmp_path / "old")
+    assert "| unknown" in (tmp_path / "old.md").read_text() and "4 unknown" in (tmp_path / "old.md").read_text()

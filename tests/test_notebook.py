@@ -19,7 +19,8 @@ pytest.importorskip("papermill")
 
 
 def small_summary(path: Path, one_failure: bool = True) -> Path:
-    """Write a per-session CSV shaped like `ostinato replay summarize` output."""
+    """Write a per-session CSV shaped like `ostinato replay summarize` output; with `one_failure`, as written before
+    the replay sampled the load (no `load_flag`), else the stock engine's replay of tau2/a/001 under foreign load."""
     rows = []
     for engine, scale in (("stock", 1.0), ("ostinato", 0.6)):
         for i, session in enumerate(["tau2/a/000", "tau2/a/001", "swe-mini/x"]):
@@ -29,6 +30,8 @@ def small_summary(path: Path, one_failure: bool = True) -> Path:
                 "total_request_s": scale * (1 + i), "ttft_median_s": scale * 0.2, "ttft_median_first_s": 0.3,
                 "ttft_median_tool_s": 0.1, "ttft_median_user_s": float("nan"), "tpot_median_s": scale * 0.01,
                 "server_prefill_s": 0.5, "server_decode_s": 0.4, "client_server_ratio": 1.02,
+                **({} if one_failure else {"load_flag": "foreign load" if (engine, i) == ("stock", 1) else "clean",
+                                           "load_threshold": 0.1}),
             })
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
@@ -70,6 +73,12 @@ def test_notebook_runs_under_papermill(tmp_path: Path, one_failure: bool):
         assert table.loc[table["session"] == "swe-mini/x", "failed_engines"].item() == "ostinato"
     else:
         assert table["speedup_vs_stock"].notna().all() and table["failed_engines"].isna().all()
+    flags = table.set_index("session")["load_flag"]
+    if one_failure:  # no load samples: unknown, never clean
+        assert (flags == "unknown").all()
+    else:
+        assert flags.to_dict() == {"swe-mini/x": "clean", "tau2/a/000": "clean", "tau2/a/001": "foreign load"}
+        assert table.set_index("session").loc["tau2/a/001", "stock_load"] == "foreign load"
     md = (tmp_path / "tables" / "replay_summary.md").read_text()
     assert md.startswith("| session | label |") and "measured" not in md
     assert "ostinato, measured (cpu-2c)" in (tmp_path / "out.ipynb").read_text()
@@ -78,6 +87,11 @@ def test_notebook_runs_under_papermill(tmp_path: Path, one_failure: bool):
     assert list(compare["engine"]) == ["ostinato", "stock"] * 3 and (compare["series"] == "measured (cpu-2c)").all()
     every = compare[compare["workload"] == "all"]
     assert (every["sessions"] == (2 if one_failure else 3)).all() and (every["dropped"] == int(one_failure)).all()
+    if one_failure:
+        assert (every["load_unknown_sessions"] == 2).all() and (every["foreign_load_sessions"] == 0).all()
+    else:
+        assert list(every["foreign_load_sessions"]) == [0, 1] and (every["load_unknown_sessions"] == 0).all()
+    assert "Foreign load" in (tmp_path / "tables" / "replay_compare.md").read_text()
     saved = every.set_index("engine").loc["stock"]
     assert saved["saved_pct"] == pytest.approx(40.0) and saved["won"] == saved["sessions"]
     assert saved["saved_ci_low_pct"] == pytest.approx(40.0) and saved["saved_ci_high_pct"] == pytest.approx(40.0)

@@ -26,6 +26,7 @@ import pytest
 
 import ostinato.cli
 from ostinato.replay import ReplayConfig, ResultStore, load_requests, load_runs, run_replay, summarize_sessions
+from ostinato.replay.load import LoadSample
 from ostinato.server import (LlamaServer, RequestInput, RequestOutput, ServerConfig, ServerError, consume_stream,
                              send_completion)
 from ostinato.sessions.model import TokenizedRequest, TokenizedSession, write_sessions_jsonl
@@ -339,15 +340,47 @@ def test_request_error_with_live_server_fails_only_that_session(fake_bin, fake_m
     assert summary.restarts == 0 and "context size" in summary.failed["test/s0"] and summary.done == ["test/s1"]
 
 
+class StepProbe:
+    """A load probe whose every sample is 1 s after the last, with `foreign` CPU seconds of other processes and
+    `own` of the replay's in between (2 logical CPUs)."""
+
+    cores = 2
+
+    def __init__(self, foreign: float, own: float = 0.5):
+        self.foreign, self.own, self.n = foreign, own, 0
+
+    def sample(self) -> LoadSample:
+        self.n += 1
+        return LoadSample(t=float(self.n), busy_cpu_s=self.n * (self.foreign + self.own), own_cpu_s=self.n * self.own,
+                          loadavg_1m=0.25 * self.n)
+
+
 def test_summarize_cli(fake_bin, fake_model, tmp_path):
     sessions = make_sessions(2, 3)
-    for engine in ("stock", "ostinato"):
+    # the stock engine's sessions ran beside other work (0.5 of 2 CPUs: share 0.25), the ostinato engine's alone
+    for engine, foreign in (("stock", 0.5), ("ostinato", 0.0)):
         with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
-            run_replay(sessions, server, ReplayConfig(engine, tmp_path / "out", machine="test", progress=False))
+            run_replay(sessions, server, ReplayConfig(engine, tmp_path / "out", machine="test", progress=False,
+                                                      load_probe=StepProbe(foreign)),
+                       {"engine_backend": "cpu"} if engine == "stock" else None)
+    (tmp_path / "out" / "stock" / "machine.json").write_text(json.dumps({"label": "test", "gpus": []}))
+    rec = next(ResultStore(tmp_path / "out" / "stock").iter_records())
+    assert rec["load"] == pytest.approx({"wall_s": 1.0, "foreign_cpu_s": 0.5, "own_cpu_s": 0.5, "cores": 2,
+                                         "loadavg_1m": 0.5})
     requests = load_requests([tmp_path / "out"])
     assert len(requests) == 12 and set(requests["engine"]) == {"stock", "ostinato"}
+    assert (requests["load_wall_s"] == 1.0).all()
+    setup = requests.groupby("engine")[["machine_gpus", "engine_backend"]].first()  # from machine.json and runs.json
+    assert setup.loc["stock"].tolist() == [0, "cpu"] and setup.loc["ostinato"].isna().all()
     summary = summarize_sessions(requests)
     assert len(summary) == 4 and summary["session_ok"].all()
+    by = summary.set_index("engine")
+    assert list(by.loc["stock", "foreign_cpu_share"]) == pytest.approx([0.25, 0.25])
+    assert list(by.loc["stock", "load_flag"]) == ["foreign load"] * 2
+    assert list(by.loc["ostinato", "load_flag"]) == ["clean"] * 2
+    # one probe per engine: session 1 takes samples 1-6, session 2 samples 7-12 (the larger load average of each)
+    assert sorted(by.loc["stock", "loadavg_1m_max"]) == [1.5, 3.0] and (by["load_wall_s"] == 3.0).all()
+    assert (summary["n_forced_match"] == summary["n_forced_checked"]).all() and (summary["n_forced_checked"] == 3).all()
     assert (summary["total_request_s"] > 0).all() and (summary["server_decode_s"] > 0).all()
     assert summary["ttft_median_tool_s"].notna().all() and summary["ttft_median_user_s"].isna().all()
     ostinato.cli._GROUPS, saved = ("ostinato.replay.cli",), ostinato.cli._GROUPS
@@ -360,7 +393,17 @@ def test_summarize_cli(fake_bin, fake_model, tmp_path):
         ostinato.cli._GROUPS = saved
     csv = pd.read_csv(tmp_path / "s.csv")
     assert list(csv["engine"].unique()) == ["ostinato", "stock"] and "client_server_ratio" in csv.columns
-    assert len(pd.read_csv(tmp_path / "r.csv")) == 12
+    assert set(csv["load_flag"]) == {"clean", "foreign load"} and (csv["load_threshold"] == 0.1).all()
+    req = pd.read_csv(tmp_path / "r.csv")
+    assert len(req) == 12 and {"load_foreign_cpu_s", "load_loadavg_1m", "machine_gpus", "engine_backend"} <= set(req)
+    # a threshold above the stock engine's share leaves every session clean
+    ostinato.cli._GROUPS, saved = ("ostinato.replay.cli",), ostinato.cli._GROUPS
+    try:
+        assert ostinato.cli.main(["replay", "summarize", "--in", str(tmp_path / "out"), "--out",
+                                  str(tmp_path / "s3.csv"), "--foreign-load-threshold", "0.3"]) == 0
+    finally:
+        ostinato.cli._GROUPS = saved
+    assert set(pd.read_csv(tmp_path / "s3.csv")["load_flag"]) == {"clean"}
 
 
 def test_summarize_tags_repeated_runs(fake_bin, fake_model, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ostinato.figures import results as R
-from ostinato.figures.runs import combine, load_measured, load_series, load_simulated, paper_workload
+from ostinato.figures.runs import combine, load_measured, load_series, load_simulated, paper_workload, split_correctness
 from ostinato.figures.style import series_kind, series_palette
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,17 +27,18 @@ SESSIONS = ["tau2/a/000", "tau2/a/001", "swe-mini/x", "swe-mini/y"]
 
 
 def write_replay(tmp: Path, failed: tuple[str, str] | None = None, scale: dict[str, float] = SCALE,
-                 stem: str = "") -> tuple[Path, Path]:
-    """Per-session and per-request CSVs shaped like `ostinato replay summarize` output."""
+                 stem: str = "", machine: str = "cpu-2c", extra: dict | None = None) -> tuple[Path, Path]:
+    """Per-session and per-request CSVs shaped like `ostinato replay summarize` output (`extra`: more per-session
+    columns, e.g. what the replay ran on; without them, a summary made before those columns were recorded)."""
     ses, req = [], []
     for engine, k in scale.items():
         for i, sid in enumerate(SESSIONS):
             kinds = ["first", "tool", "user", "tool"] if sid.startswith("tau2") else ["first", "tool", "tool", "tool"]
             lat = [k * (1 + i) * (t + 1) for t in range(len(kinds))]
             ok = (engine, sid) != failed
-            ses.append({"engine": engine, "machine": "cpu-2c", "session": sid, "n_requests": len(kinds),
+            ses.append({"engine": engine, "machine": machine, "session": sid, "n_requests": len(kinds),
                         "session_ok": ok, "total_request_s": sum(lat) if ok else float("nan"),
-                        "server_prefill_s": 0.4 * sum(lat), "server_decode_s": 0.55 * sum(lat)})
+                        "server_prefill_s": 0.4 * sum(lat), "server_decode_s": 0.55 * sum(lat), **(extra or {})})
             for t, (kind, lt) in enumerate(zip(kinds, lat)):
                 req.append({"engine": engine, "session": sid, "turn": t, "kind": kind, "ok": True, "n_new": 100 * (t + 1),
                             "n_prompt": 100 * (t + 1) * (t + 2) // 2, "n_output": 20, "ttft_s": 0.1 * lt,
@@ -105,6 +106,49 @@ def test_compare_saved_share_won_and_dropped(tmp_path):
     assert pd.isna(tau.loc["ostinato", "saved_pct"])
     assert tau.loc["stock", "n_user"] == 2 and tau.loc["stock", "n_tool"] == 4
     assert tau.loc["ostinato", "ttft_tool_s"] == pytest.approx(0.6 * tau.loc["stock", "ttft_tool_s"])
+
+
+# what a CPU-only replay's summary records: no GPU, a cpu engine build; every forced token matched, no foreign load
+CPU_ONLY = {"machine_gpus": 0, "engine_backend": "cpu", "n_ok": 4, "n_forced_checked": 4, "n_forced_match": 4,
+            "load_flag": "clean"}
+
+
+def test_cpu_only_replays_are_a_correctness_run(tmp_path):
+    """Set apart by what the summary records (backend, else the machine's GPUs), not by the series' name."""
+    s, r = write_replay(tmp_path, machine="h200-named-cpu", extra=CPU_ONLY)
+    ses = pd.read_csv(s)
+    ses.loc[0, "load_flag"], ses.loc[1, "n_forced_match"] = "foreign load", 3
+    ses.to_csv(s, index=False)
+    gs, gr = write_replay(tmp_path, stem="gpu", machine="cpu-named-gpu",
+                          extra={"machine_gpus": 1, "engine_backend": "cuda", "load_flag": "clean"})
+    cpu, gpu = load_measured(s, r), load_measured(gs, gr)
+    assert cpu.sessions["cpu_only"].all() and not gpu.sessions["cpu_only"].any()
+    speed, checks = split_correctness(combine(cpu, gpu, load_simulated(*write_sim(tmp_path), profile="p")))
+    assert speed.series == ["measured (cpu-named-gpu)", "simulated (p)"] and checks.series == ["measured (h200-named-cpu)"]
+    t = R.correctness(checks).set_index(["workload", "engine"])
+    assert t.loc[("tau2", "stock"), "completed"] == 2 and t.loc[("tau2", "stock"), "foreign_load_sessions"] == 1
+    assert t.loc[("tau2", "stock"), "forced_match"] == 7 and t.loc[("tau2", "stock"), "forced_checked"] == 8
+    assert t.loc[("SWE", "ostinato"), "forced_match_pct"] == 100 and t.loc[("SWE", "ostinato"), "load_unknown_sessions"] == 0
+    # a machine without a GPU and no recorded backend (an engine reached by URL) is CPU-only too; nothing recorded
+    # (the shipped reference runs) is not
+    pd.read_csv(s).drop(columns=["engine_backend"]).to_csv(tmp_path / "url.csv", index=False)
+    assert load_measured(tmp_path / "url.csv", r).sessions["cpu_only"].all()
+    old = load_measured(*write_replay(tmp_path, stem="old"))
+    assert not old.sessions["cpu_only"].any() and (old.sessions["load_flag"] == "unknown").all()
+    assert split_correctness(old)[1].sessions.empty
+
+
+def test_compare_counts_sessions_under_foreign_load(tmp_path):
+    s, r = write_replay(tmp_path, extra={"load_flag": "clean"})
+    ses = pd.read_csv(s)
+    ses.loc[(ses["engine"] == "stock") & (ses["session"] == "tau2/a/000"), "load_flag"] = "foreign load"
+    ses.to_csv(s, index=False)
+    t = R.compare(combine(load_measured(s, r), load_simulated(*write_sim(tmp_path), profile="p")),
+                  R.CompareOptions(n_resamples=199)).set_index(["series", "workload", "engine"]).sort_index()
+    assert t.loc[("measured (cpu-2c)", "tau2", "stock"), "foreign_load_sessions"] == 1
+    assert t.loc[("measured (cpu-2c)", "tau2", "ostinato"), "foreign_load_sessions"] == 0
+    assert (t.loc["measured (cpu-2c)", "load_unknown_sessions"] == 0).all()
+    assert t.loc["simulated (p)", "foreign_load_sessions"].isna().all()  # no load flag for the simulator
 
 
 def test_repeated_runs_count_separately(tmp_path):
@@ -315,8 +359,24 @@ def test_result_notebooks_render_under_papermill(tmp_path):
             assert {"measured", "simulated"} <= kinds, f"{name}: {kinds}"
     t3 = pd.read_csv(tmp_path / "tables" / "table3.csv")
     row = t3[(t3["series"] == "measured (cpu-2c)") & (t3["workload"] == "tau2") & (t3["engine"] == "stock")]
-    assert row["saved_pct"].iloc[0] == pytest.approx(40.0)
-    assert (t3["series"] == "measured (h200, reference)").any()
+    assert row["saved_pct"].iloc[0] == pytest.approx(40.0) and (row["role"] == "speed").all()
+    assert row["load_unknown_sessions"].iloc[0] == 2  # the replay above took no load samples
+    ref = t3[t3["series"] == "measured (h200, reference)"]
+    assert len(ref) and ref["saved_pct"].notna().any() and (ref["role"] == "speed").all()
+    # a CPU-only replay: correctness rows in Table 3 (no saved share), and in no other result's speed series
+    cs, cr = write_replay(tmp_path, stem="cpu", machine="vm", extra=CPU_ONLY)
+    cpu = {**common, "measured_sessions": [str(cs)], "measured_requests": [str(cr)],
+           "tables_dir": str(tmp_path / "cpu_tables"), "figures_dir": str(tmp_path / "cpu_figures")}
+    for name in ("table3", "fig1"):
+        res = _papermill(REPO / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.cpu.ipynb",
+                         {"output_stem": name, "params": cpu}, tmp_path)
+        assert res.returncode == 0, f"{name}: {res.stderr[-2000:]}"
+    t3 = pd.read_csv(tmp_path / "cpu_tables" / "table3.csv")
+    vm = t3[t3["series"] == "measured (vm)"]
+    assert len(vm) == 4 and (vm["role"] == "correctness").all() and vm["saved_pct"].isna().all()
+    assert (vm["completed"] == 2).all() and (vm["forced_match_pct"] == 100).all() and (vm["foreign_load_sessions"] == 0).all()
+    assert (t3.loc[t3["role"] == "speed", "series"] != "measured (vm)").all() and (t3["series"] == "paper").any()
+    assert "measured (vm)" not in set(pd.read_csv(tmp_path / "cpu_tables" / "fig1.csv")["series"])
     pred = pd.read_csv(tmp_path / "tables" / "predicted.csv")
     assert pred[pred["series"] == "simulated (test calibration)"]["predicted_ms"].notna().sum() == 2
     cal = pd.read_csv(tmp_path / "tables" / "calibrate.csv").set_index("series")
@@ -368,3 +428,28 @@ def test_rules_write_under_their_stage():
             log = re.search(r"log:\n\s+\"([^\"]+)\"", body)
             assert log, f"{f.name}: rule {rule} has no log"
             assert log.group(1).startswith(f"results/{f.stem}/"), f"{f.name}: rule {rule} logs to {log.group(1)}"
+
+
+def test_result_figures_carry_the_load_note(tmp_path):
+    """Each result figure says, per measured series, how many sessions ran under foreign load or unsampled, and names
+    the correctness runs it leaves out; the simulator gets no line."""
+    from ostinato.figures.notebook import ResultNotebook, ResultParams
+
+    s, r = write_replay(tmp_path, extra={"load_flag": "clean"})
+    ses = pd.read_csv(s)
+    ses.loc[0, "load_flag"], ses.loc[1, "load_flag"] = "foreign load", "unknown"
+    ses.to_csv(s, index=False)
+    ref = load_measured(*write_replay(tmp_path, stem="ref"), machine="h200, reference")
+    cs, cr = write_replay(tmp_path, stem="cpu", machine="vm", extra=CPU_ONLY)
+    speed, checks = split_correctness(combine(load_measured(s, r), ref, load_measured(cs, cr),
+                                              load_simulated(*write_sim(tmp_path), profile="p")))
+    nb = ResultNotebook("table3", ResultParams(figures_dir=str(tmp_path / "figures")), speed, checks)
+    assert nb.load_note().splitlines() == [
+        "measured (cpu-2c): 1 of 8 sessions under foreign load, 1 of 8 sessions without load samples (foreign load unknown)",
+        "measured (h200, reference): all sessions without load samples (foreign load unknown)",
+        "measured (vm): CPU-only replay, a correctness run: not among the speed series (Table 3 shows it in a panel of its own)"]
+    import matplotlib.pyplot as plt
+    fig, _ = plt.subplots()
+    nb.save_figure(fig)
+    assert any(t.get_text() == nb.load_note() for t in fig.texts) and (tmp_path / "figures" / "table3.png").is_file()
+    plt.close(fig)

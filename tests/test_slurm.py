@@ -26,7 +26,8 @@ PROFILE = "workflow/profiles/slurm"
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "engine", "environment.yml", "data/profiles", "data/paper")
 TARGETS = ("results/costmodel/checks-paper-4x4090d.json", "results/routing/synthetic-swe-dev")
 TARGET_RULES = {"check_costmodel", "make_routing"}
-ENGINE_RULES = {"build_engine", "check_memory_model", "record_routing", "replay", "calibrate", "sweep_prefill"}
+ENGINE_RULES = {"build_engine", "check_memory_model", "check_local_agent", "record_routing", "replay", "calibrate",
+                "sweep_prefill"}
 TIMED_RULES = {"record_routing", "replay", "calibrate", "sweep_prefill"}
 RUNTIME_MIN = 10  # the test's --default-resources, checked in SLURM's record of each job
 MEM_MB = 1000
@@ -48,7 +49,7 @@ def test_profile_sets_the_resources_of_the_rules_that_run_the_engine():
     profile = yaml.safe_load((REPO / PROFILE / "config.yaml").read_text())
     blocks = _rule_blocks()
     assert profile["executor"] == "slurm" and profile["resources"] == {"bench": 1}
-    assert isinstance(profile["cores"], int), "timed rules have threads: workflow.cores, so the profile sets cores"
+    assert isinstance(profile["cores"], int), "timed rules have threads: ALL_CORES (the run's cores), so the profile sets cores"
     unknown = set(profile["set-resources"]) - set(blocks)
     assert not unknown, f"{PROFILE}/config.yaml set-resources names no rule: {sorted(unknown)}"
     assert {r for r, b in blocks.items() if "**ENGINE_GPU" in b} == ENGINE_RULES

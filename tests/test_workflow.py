@@ -36,7 +36,8 @@ def test_default_dag_reaches_every_stage(tmp_path):
                  "summarize_replay", "render_replay_summary", "render_table2", "make_routing", "render_routing_stats",
                  "simulate", "compute_limit", "render_sim_validation", "calibrate", "sweep_prefill", "render_fig7b",
                  "check_memory_model", "run_replay_capacity_test", "render_result", "render_calibrate",
-                 "render_predicted", "check_costmodel", "plan_residency", "record_routing"):
+                 "render_predicted", "check_costmodel", "plan_residency", "record_routing", "check_local_agent",
+                 "check_claims"):
         assert rule in proc.stdout, rule
 
 
@@ -58,7 +59,7 @@ def test_replays_are_declared_outputs_that_forcerun_measures_again():
 
 def test_rules_call_the_package_through_the_interpreter_of_snakemake(tmp_path):
     """`.venv/bin/snakemake` works without activating the venv: a rule runs `ostinato` with no venv on PATH."""
-    for part in ("Snakefile", "workflow", "config", "engine", "environment.yml", "data/profiles", "data/paper"):
+    for part in ("Snakefile", "workflow", "config", "engine", "environment.yml", "data/profiles", "data/paper", "artifact"):
         src = REPO / part
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}

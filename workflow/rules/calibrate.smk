@@ -21,7 +21,7 @@ rule calibrate:
         "results/calibrate/calibrate.benchmark.tsv"
     conda:
         "../../environment.yml"
-    threads: workflow.cores
+    threads: ALL_CORES
     resources:
         bench=1,
         **ENGINE_GPU,
@@ -63,12 +63,14 @@ rule render_calibrate:
         fits=[f for f, _ in calibrate_sources()],
     output:
         notebook="results/calibrate/calibrate.ipynb",
-        **notebook_outputs("calibrate"),
+        **reported_notebook_outputs("calibrate"),
     log:
         "results/calibrate/render_calibrate.log",
     benchmark:
         "results/calibrate/render_calibrate.benchmark.tsv"
     conda:
         "../../environment.yml"
+    params:
+        machine=MACHINE,  # the label of this run's measured series, for the report's caption
     shell:
         "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"

@@ -15,6 +15,10 @@ BACKEND = resolve_backend(config["engine"]["backend"], config["engine"]["cuda_ar
 ENGINE_DIR = f"build/engine/{BACKEND.name}"
 MACHINE = socket.gethostname() if config["machine"] == "auto" else config["machine"]
 FIGURES = config["figures"]  # the notebooks' shared settings (target engine, shipped reference results)
+# Every core of the run, for the rules that build, run or time the engine (`threads: ALL_CORES`): the run's --cores,
+# or 1 where Snakemake takes no --cores because it runs no job (`snakemake --report report.html`), where reading
+# workflow.cores would stop the workflow from loading.
+ALL_CORES = workflow.resource_settings.cores or 1
 
 # Rules call `ostinato` and `papermill` through the interpreter that runs Snakemake, so `.venv/bin/snakemake` works
 # without activating the venv: every shell command starts with these two shell functions. With --sdm conda they call
@@ -47,7 +51,8 @@ def notebook_outputs(stem):
             "md": f"tables/{stem}.md"}
 
 
-# Each stage's helpers (config sections, option strings, input functions, config checks, `rule all` targets).
+# Each stage's helpers (config sections, option strings, input functions, config checks, `rule all` targets; the
+# artifact stage's last: its verdict reads every other stage's outputs).
 include: "common/engine.smk"
 include: "common/models.smk"
 include: "common/sessions.smk"
@@ -60,3 +65,4 @@ include: "common/replay.smk"
 include: "common/calibrate.smk"
 include: "common/sweep.smk"
 include: "common/figures.smk"
+include: "common/artifact.smk"

@@ -14,7 +14,7 @@ rule build_engine:
         "results/engine/build_engine.benchmark.tsv"
     conda:
         "../../environment.yml"
-    threads: workflow.cores
+    threads: ALL_CORES
     resources:
         **ENGINE_GPU,
     params:

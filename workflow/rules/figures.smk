@@ -30,8 +30,8 @@ rule render_replay_summary:
         requests="results/replay/requests.csv",
     output:
         notebook="results/figures/replay_summary.ipynb",
-        **notebook_outputs("replay_summary"),
-        compare_csv="tables/replay_compare.csv",
+        **reported_notebook_outputs("replay_summary"),
+        compare_csv=reported("tables/replay_compare.csv", "replay_summary"),
         compare_md="tables/replay_compare.md",
     log:
         "results/figures/replay_summary.log",
@@ -39,6 +39,8 @@ rule render_replay_summary:
         "results/figures/replay_summary.benchmark.tsv"
     conda:
         "../../environment.yml"
+    params:
+        machine=MACHINE,  # the label of this run's measured series, for the report's caption
     shell:
         "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"
 
@@ -68,8 +70,10 @@ rule render_result:
     output:
         notebook="results/figures/{result}.ipynb",
         pdf="figures/{result}.pdf",
-        png="figures/{result}.png",
-        csv="tables/{result}.csv",
+        png=report("figures/{result}.png", caption="../report/result.rst", category=result_section(0),
+                   subcategory=result_section(1)),
+        csv=report("tables/{result}.csv", caption="../report/result.rst", category=result_section(0),
+                   subcategory=result_section(1)),
         md="tables/{result}.md",
     log:
         "results/figures/{result}.log",
@@ -79,6 +83,8 @@ rule render_result:
         "../../environment.yml"
     wildcard_constraints:
         result=name_pattern(RESULT_NOTEBOOKS),
+    params:
+        machine=MACHINE,  # the label of this run's measured series, for the report's caption
     shell:
         "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"
 
@@ -110,12 +116,14 @@ rule render_predicted:
         data=[p for f, d, _ in predicted_sources() for p in (f, f"{d}/summary.json", f"{d}/cold.json")],
     output:
         notebook="results/figures/predicted.ipynb",
-        **notebook_outputs("predicted"),
+        **reported_notebook_outputs("predicted"),
     log:
         "results/figures/predicted.log",
     benchmark:
         "results/figures/predicted.benchmark.tsv"
     conda:
         "../../environment.yml"
+    params:
+        machine=MACHINE,  # the label of this run's measured series, for the report's caption
     shell:
         "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"

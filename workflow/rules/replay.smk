@@ -21,7 +21,7 @@ rule replay:
         run=run_pattern(),
         set=name_pattern(config["sessions"]["sets"]),
         engine=name_pattern(REPLAY["engines"]),
-    threads: workflow.cores
+    threads: ALL_CORES
     resources:
         bench=1,
         **ENGINE_GPU,
@@ -33,13 +33,14 @@ rule replay:
         machine=MACHINE,
         reach=lambda w, input: replay_reach(w.engine, input),
         max_retries=REPLAY["max_retries"],
+        load_threshold=REPLAY["foreign_load_threshold"],
     shell:
         "(ostinato replay run --engine-name {wildcards.engine} {params.reach} --sessions {input.sessions} "
         "--out {params.partial} --machine-label {params.machine} {params.preset} {params.routing} {params.server} "
         "--no-progress --on-setup-change restart --max-retries {params.max_retries} "
         "&& mv {params.partial}/{wildcards.engine} {output.results} && rmdir --ignore-fail-on-non-empty {params.partial} "
         "&& ostinato replay summarize --in {output.results} --out {output.sessions} "
-        "--requests-out {output.requests}) > {log} 2>&1"
+        "--requests-out {output.requests} --foreign-load-threshold {params.load_threshold}) > {log} 2>&1"
 
 
 rule summarize_replay:
@@ -57,6 +58,7 @@ rule summarize_replay:
     params:
         dirs=" ".join(f"results/replay/{r}{s}/{e}" for r, s, e in replay_order()),  # run by run, as --runs needs
         runs=len(replay_runs()),
+        load_threshold=REPLAY["foreign_load_threshold"],
     shell:
         "ostinato replay summarize --in {params.dirs} --runs {params.runs} --out {output.sessions} "
-        "--requests-out {output.requests} > {log} 2>&1"
+        "--requests-out {output.requests} --foreign-load-threshold {params.load_threshold} > {log} 2>&1"

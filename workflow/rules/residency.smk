@@ -37,7 +37,7 @@ rule record_routing:
         "../../environment.yml"
     wildcard_constraints:
         set=name_pattern(config["sessions"]["sets"]),
-    threads: workflow.cores
+    threads: ALL_CORES
     resources:
         bench=1,
         **ENGINE_GPU,
@@ -152,7 +152,7 @@ rule check_memory_model:
         "../../environment.yml"
     wildcard_constraints:
         model=name_pattern([REPLAY_MODEL]),
-    threads: workflow.cores
+    threads: ALL_CORES
     resources:
         **ENGINE_GPU,
     params:

@@ -64,7 +64,7 @@ rule render_routing_stats:
         stats="results/routing/stats.json",
     output:
         notebook="results/routing/routing_stats.ipynb",
-        **notebook_outputs("routing_stats"),
+        **reported_notebook_outputs("routing_stats"),
     log:
         "results/routing/render_routing_stats.log",
     benchmark:

@@ -90,7 +90,7 @@ rule render_table2:
     output:
         params="results/sessions/table2.params.yaml",
         notebook="results/sessions/table2.ipynb",
-        **notebook_outputs("table2"),
+        **reported_notebook_outputs("table2"),
     log:
         "results/sessions/render_table2.log",
     benchmark:

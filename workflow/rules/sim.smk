@@ -62,9 +62,10 @@ rule render_sim_validation:
         checks=[f"results/costmodel/checks-{SIM['profile']}.json"] if SIM["sets"] else [],
     output:
         notebook="results/sim/sim_validation.ipynb",
-        **notebook_outputs("sim_validation"),
-        **{f"{t}_{x}": f"tables/sim_validation_{t}.{x}" for t in ("ablation", "checks", "fig7a", "limit", "tool_ttft")
-           for x in ("csv", "md")},
+        **reported_notebook_outputs("sim_validation"),
+        **{f"{t}_csv": reported(f"tables/sim_validation_{t}.csv", "sim_validation")
+           for t in ("ablation", "checks", "fig7a", "limit", "tool_ttft")},
+        **{f"{t}_md": f"tables/sim_validation_{t}.md" for t in ("ablation", "checks", "fig7a", "limit", "tool_ttft")},
     log:
         "results/sim/sim_validation.log",
     benchmark:

@@ -20,7 +20,7 @@ rule sweep_prefill:
         "results/sweep/sweep.benchmark.tsv"
     conda:
         "../../environment.yml"
-    threads: workflow.cores
+    threads: ALL_CORES
     resources:
         bench=1,
         **ENGINE_GPU,
@@ -62,12 +62,14 @@ rule render_fig7b:
         reference=REFERENCE_SWEEP or [],
     output:
         notebook="results/sweep/fig7b.ipynb",
-        **notebook_outputs("fig7b"),
+        **reported_notebook_outputs("fig7b"),
     log:
         "results/sweep/fig7b.log",
     benchmark:
         "results/sweep/fig7b.benchmark.tsv"
     conda:
         "../../environment.yml"
+    params:
+        machine=MACHINE,  # the label of this run's measured series, for the report's caption
     shell:
         "papermill {input.notebook} {output.notebook} -f {input.params} --log-output > {log} 2>&1"

@@ -14,8 +14,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ostinato.figures.results import CompareOptions
-from ostinato.figures.runs import Runs, load_series
+from ostinato.figures.runs import Runs, empty_runs, load_series, split_correctness
 from ostinato.figures.style import apply_style, save_figure
+from ostinato.replay.load import FOREIGN, UNKNOWN
 from ostinato.tables import save_table
 
 # The shipped repeated runs of the H200 machine each result shows by default (config key figures.reference_runs,
@@ -67,11 +68,14 @@ class ResultParams:
 
 @dataclass
 class ResultNotebook:
-    """A result notebook after set-up: its parameters, series and the paper's data folder."""
+    """A result notebook after set-up: its parameters, its speed series (`runs`: GPU replays, the shipped reference
+    runs, the simulator), the correctness runs set apart from them (`correctness`: replays that ran CPU-only, whose
+    times are no speed measurement) and the paper's data folder."""
 
     output_stem: str
     params: ResultParams
     runs: Runs
+    correctness: Runs = field(default_factory=empty_runs)
 
     @property
     def paper(self) -> Path:
@@ -88,8 +92,29 @@ class ResultNotebook:
         print("wrote", *paths)
         return paths
 
+    def load_note(self) -> str:
+        """What the figure's measured series say about foreign load, one line per series: sessions under foreign load
+        (the replay's `load_flag`), sessions without load samples (the shipped runs predate them), and the correctness
+        runs left out of the speed series."""
+        lines = []
+        for series in self.runs.series:
+            flags = self.runs.sessions.loc[self.runs.sessions["series"] == series, "load_flag"]
+            if flags.isna().all():  # simulated: no machine was loaded
+                continue
+            n, flagged, unknown = len(flags), int((flags == FOREIGN).sum()), int((flags == UNKNOWN).sum())
+            what = [f"{flagged} of {n} sessions under foreign load"] if flagged or unknown < n else []
+            what += [f"{'all' if unknown == n else unknown} {'of ' + str(n) + ' ' if unknown < n else ''}sessions "
+                     "without load samples (foreign load unknown)"] if unknown else []
+            lines.append(f"{series}: {', '.join(what)}")
+        for series in self.correctness.series:
+            lines.append(f"{series}: CPU-only replay, a correctness run: not among the speed series (Table 3 shows it in a panel of its own)")
+        return "\n".join(lines)
+
     def save_figure(self, fig: plt.Figure) -> list[Path]:
-        """Write `<figures_dir>/<stem>.{pdf,png}` and print the paths."""
+        """Write `<figures_dir>/<stem>.{pdf,png}` with the load note under the axes, and print the paths."""
+        note = self.load_note()
+        if note:
+            fig.text(0.0, 0.0, note, ha="left", va="top", fontsize=6.5, color="0.3")
         paths = save_figure(fig, Path(self.params.figures_dir) / self.output_stem)
         print("wrote", *paths)
         return paths
@@ -97,10 +122,15 @@ class ResultNotebook:
 
 def setup_result(output_stem: str, params: dict | None = None) -> ResultNotebook:
     """Apply the plotting style and load the notebook's series: this run's replays, the shipped reference runs and
-    the simulator's runs (each where configured)."""
+    the simulator's runs (each where configured). A measured series that ran CPU-only (as its summary records:
+    `ostinato.figures.runs.split_correctness`) is set apart as a correctness run, out of the speed series."""
     p = ResultParams.for_result(output_stem, params)
     apply_style()
     runs = load_series(p.measured_sessions, p.measured_requests, p.machine, p.sim_sessions, p.sim_requests, p.profile,
                        p.reference_runs, p.reference_machine)
-    print("series:", *runs.series, sep="\n  ")
-    return ResultNotebook(output_stem, p, runs)
+    speed, checks = split_correctness(runs)
+    print("series:", *speed.series, sep="\n  ")
+    if checks.series:
+        print("correctness runs (CPU-only: forced tokens, completed sessions and foreign load, no speed):",
+              *checks.series, sep="\n  ")
+    return ResultNotebook(output_stem, p, speed, checks)

@@ -15,6 +15,7 @@ import pandas as pd
 from ostinato.figures.runs import Runs
 from ostinato.presets import display_name
 from ostinato.figures.style import series_label
+from ostinato.replay.load import FOREIGN, UNKNOWN
 from ostinato.replay.metrics import CompareConfig, bootstrap_saved, saved_share
 
 PAPER = series_label("paper")
@@ -75,6 +76,7 @@ def compare(runs: Runs, opts: CompareOptions = CompareOptions()) -> pd.DataFrame
                 for k in KINDS:
                     v = re_.loc[re_["kind"] == k, "ttft_s"].dropna()
                     row[f"ttft_{k}_s"], row[f"n_{k}"] = (float(v.median()) if len(v) else np.nan), len(v)
+                row.update(load_counts(s[(s["engine"] == e) & s["session"].isin(kept)]))
                 if e != opts.target and opts.target in total and kept:
                     low, high = bootstrap_saved(total[opts.target], total[e], cfg)
                     row.update(saved_pct=100 * saved_share(total[opts.target], total[e]), saved_ci_low_pct=100 * low,
@@ -82,8 +84,40 @@ def compare(runs: Runs, opts: CompareOptions = CompareOptions()) -> pd.DataFrame
                 rows.append(row)
     cols = ["series", "workload", "engine", "sessions", "dropped", "total_s", "saved_pct", "saved_ci_low_pct",
             "saved_ci_high_pct", "won", *(f"ttft_{k}_s" for k in KINDS), *(f"n_{k}" for k in KINDS), "tpot_ms",
-            "prefill_s", "decode_s"]
+            "prefill_s", "decode_s", "foreign_load_sessions", "load_unknown_sessions"]
     return pd.DataFrame(rows).reindex(columns=cols)
+
+
+def load_counts(sessions: pd.DataFrame) -> dict:
+    """Sessions measured under foreign load and sessions without load samples among these rows (NaN for a series that
+    has no load flag at all: a simulated one)."""
+    flags = sessions["load_flag"] if "load_flag" in sessions else pd.Series(dtype=object)
+    if flags.isna().all():
+        return {"foreign_load_sessions": np.nan, "load_unknown_sessions": np.nan}
+    flags = flags.fillna(UNKNOWN)
+    return {"foreign_load_sessions": int((flags == FOREIGN).sum()), "load_unknown_sessions": int((flags == UNKNOWN).sum())}
+
+
+CORRECTNESS_COLUMNS = ["series", "workload", "engine", "sessions", "completed", "requests", "requests_ok",
+                       "forced_checked", "forced_match", "forced_match_pct", "foreign_load_sessions",
+                       "load_unknown_sessions"]
+
+
+def correctness(runs: Runs) -> pd.DataFrame:
+    """A correctness run's table (a CPU-only machine's replays, `runs.split_correctness`) per series, workload and
+    engine: sessions replayed and completed, requests and those that succeeded, requests whose forced tokens were
+    checked and those that returned exactly their recorded tokens, and the sessions measured under foreign load or
+    without load samples. No times: they measure no engine's speed."""
+    rows = []
+    for (series, workload, engine), g in runs.sessions.groupby(["series", "workload", "engine"], sort=False):
+        num = lambda c: pd.to_numeric(g[c], errors="coerce").sum(min_count=1)  # noqa: E731
+        checked, matched = num("n_forced_checked"), num("n_forced_match")
+        rows.append({"series": series, "workload": workload, "engine": engine, "sessions": len(g),
+                     "completed": int(g["ok"].astype(bool).sum()), "requests": num("n_requests"),
+                     "requests_ok": num("n_ok"), "forced_checked": checked, "forced_match": matched,
+                     "forced_match_pct": 100 * matched / checked if checked and pd.notna(checked) else np.nan,
+                     **load_counts(g)})
+    return pd.DataFrame(rows, columns=CORRECTNESS_COLUMNS)
 
 
 def paper_table3(table3_csv: str | Path, table7_csv: str | Path, gpus: int = 4) -> pd.DataFrame:

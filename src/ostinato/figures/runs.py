@@ -1,7 +1,9 @@
 """Measured replays and simulated runs in one shape, so a notebook puts them beside the paper's numbers.
 
 `Runs.sessions` has one row per series, engine and session (`series`, `engine`, `workload`, `session`, `ok`,
-`total_s`, `prefill_s`, `decode_s`); `Runs.requests` one row per successful request (`series`, `engine`,
+`total_s`, `prefill_s`, `decode_s`; for replays also `load_flag` (`clean`, `foreign load`, `unknown`), `cpu_only`
+(the replay ran on a machine without a GPU or on a `cpu` engine build, as recorded) and the request and forced-token
+counts `n_requests`, `n_ok`, `n_forced_checked`, `n_forced_match`); `Runs.requests` one row per successful request (`series`, `engine`,
 `workload`, `session`, `turn`, `kind`, `n_new`, `n_output`, `context`, `ttft_s`, `tpot_ms`). Workloads are the
 paper's (`SWE`, `tau2`), engines the paper's slugs where a simulator policy stands for one of its engines.
 """
@@ -16,11 +18,13 @@ import numpy as np
 import pandas as pd
 
 from ostinato.figures.style import series_label
+from ostinato.replay.load import UNKNOWN
 from ostinato.replay.metrics import as_bool, workload_of
 from ostinato.presets import display_name
 from ostinato.replay.results import tag_run
 
-SESSION_COLUMNS = ["series", "engine", "workload", "session", "ok", "total_s", "prefill_s", "decode_s"]
+SESSION_COLUMNS = ["series", "engine", "workload", "session", "ok", "total_s", "prefill_s", "decode_s", "load_flag",
+                   "cpu_only", "n_requests", "n_ok", "n_forced_checked", "n_forced_match"]
 REQUEST_COLUMNS = ["series", "engine", "workload", "session", "turn", "kind", "n_new", "n_output", "context",
                    "ttft_s", "tpot_ms"]
 
@@ -48,6 +52,34 @@ class Runs:
     def of(self, series: str) -> "Runs":
         """Only one series' rows."""
         return Runs(self.sessions[self.sessions["series"] == series], self.requests[self.requests["series"] == series])
+
+    def only(self, series: list[str]) -> "Runs":
+        """Only these series' rows."""
+        return Runs(self.sessions[self.sessions["series"].isin(series)],
+                    self.requests[self.requests["series"].isin(series)])
+
+
+def cpu_only_rows(ses: pd.DataFrame) -> pd.Series:
+    """Which replayed sessions ran CPU-only, as their summary records it: the engine build's backend is `cpu`, or,
+    where the backend is not recorded (an engine reached by URL), the machine had no GPU. Rows that record neither
+    (summaries made before they were recorded, such as the shipped reference runs) are not CPU-only."""
+    backend = ses["engine_backend"].astype("string").str.strip().str.lower() if "engine_backend" in ses \
+        else pd.Series(pd.NA, index=ses.index, dtype="string")
+    gpus = pd.to_numeric(ses["machine_gpus"], errors="coerce") if "machine_gpus" in ses \
+        else pd.Series(np.nan, index=ses.index)
+    known = backend.notna() & (backend != "")
+    return ((known & (backend == "cpu")) | (~known & (gpus == 0))).fillna(False).astype(bool)
+
+
+def split_correctness(runs: Runs) -> tuple[Runs, Runs]:
+    """(speed series, correctness series): a measured series every session of which ran CPU-only (`cpu_only`) is a
+    correctness run (the replay works, forced tokens match), not a speed measurement to set beside GPU results."""
+    s = runs.sessions
+    if s.empty or "cpu_only" not in s:
+        return runs, empty_runs()
+    cpu = s["cpu_only"].astype("boolean").fillna(False).astype(bool).groupby(s["series"], sort=False).all()
+    checks = [x for x in runs.series if cpu.get(x, False)]
+    return runs.only([x for x in runs.series if x not in checks]), runs.only(checks)
 
 
 def paper_workload(session: str) -> str:
@@ -118,7 +150,11 @@ def load_measured(sessions_csv: str | Path | Iterable[str | Path], requests_csv:
         "series": label, "engine": ses["engine"].astype(str).map(display_name),
         "workload": ses["session"].astype(str).map(paper_workload), "session": ses["session"].astype(str), "ok": ok & num(ses, "total_request_s").notna(),
         "total_s": num(ses, "total_request_s"), "prefill_s": num(ses, "server_prefill_s"),
-        "decode_s": num(ses, "server_decode_s")})
+        "decode_s": num(ses, "server_decode_s"),
+        # no load samples (summaries made before the replay took them): unknown, never clean
+        "load_flag": ses["load_flag"].fillna(UNKNOWN).astype(str) if "load_flag" in ses else UNKNOWN,
+        "cpu_only": cpu_only_rows(ses), "n_requests": num(ses, "n_requests"), "n_ok": num(ses, "n_ok"),
+        "n_forced_checked": num(ses, "n_forced_checked"), "n_forced_match": num(ses, "n_forced_match")})
     if "ok" in req:
         req = req[as_bool(req["ok"])]
     requests = pd.DataFrame({
@@ -146,7 +182,9 @@ def load_simulated(sessions_csv: str | Path | Iterable[str | Path], requests_csv
         "series": label, "engine": ses["engine"].astype(str).map(name),
         "workload": ses["session"].astype(str).map(paper_workload), "session": ses["session"].astype(str), "ok": True,
         "total_s": ses["total_s"].astype(float), "prefill_s": ses["prefill_s"].astype(float),
-        "decode_s": ses["decode_s"].astype(float)})
+        "decode_s": ses["decode_s"].astype(float), "load_flag": np.nan, "cpu_only": False,
+        "n_requests": pd.to_numeric(ses["n_requests"], errors="coerce") if "n_requests" in ses else np.nan,
+        "n_ok": np.nan, "n_forced_checked": np.nan, "n_forced_match": np.nan})
     req = req.assign(engine=req["engine"].astype(str).map(name), session=req["session"].astype(str))
     requests = pd.DataFrame({
         "series": label, "engine": req["engine"], "workload": req["session"].map(paper_workload),

@@ -12,6 +12,8 @@ import pandas as pd
 from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
+from ostinato.inputs import load_json
+from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
 from ostinato.server.client import APIS
@@ -105,6 +107,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--runs", type=int, default=1,
                    help="the --in directories are this many repeated runs, given run by run in equal numbers: "
                         "run i's session ids get the suffix #run<i> (default 1: no suffix)")
+    s.add_argument("--foreign-load-threshold", type=float, default=FOREIGN_LOAD_THRESHOLD,
+                   help="flag a session `foreign load` when other processes used more than this share of the "
+                        "machine's CPU time (wall time × logical CPUs) while it was replayed (default "
+                        f"{FOREIGN_LOAD_THRESHOLD}); results without load samples are `unknown`")
     s.set_defaults(func=summarize_cmd)
 
     c = sub.add_parser("compare", help="each engine against a target: total time, share saved [bootstrap CI], "
@@ -158,6 +164,19 @@ def _check_server_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--api {args.api}: routing traces are a llama-server (stock/ostinato) feature")
 
 
+def engine_backend(server_bin: Path | None) -> str | None:
+    """The backend (`cpu`, `cuda`) of the engine build a llama-server binary belongs to, from the manifest.json that
+    `ostinato engine build` writes beside its bin/ folder; None when there is none (another build, an engine reached
+    by URL)."""
+    if server_bin is None:
+        return None
+    manifest = Path(server_bin).resolve().parent.parent / "manifest.json"
+    if not manifest.is_file():
+        return None
+    info = load_json(manifest, "the engine build's manifest")
+    return info.get("backend") if isinstance(info, dict) else None
+
+
 def run_cmd(args: argparse.Namespace) -> int:
     """Handler of `replay run`; failed sessions are recorded, and make it return 1 only with --strict."""
     _check_server_args(args)
@@ -194,6 +213,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         "engine_preset": {"name": engine.name, "description": engine.description} if args.preset else None,
         "routing_force_dir": str(args.routing_force_dir) if args.routing_force_dir else None,
         "machine_info": machine.to_json(),
+        "engine_backend": engine_backend(args.server_bin),
     }
     if args.server_url is None:
         config = ServerConfig(
@@ -230,7 +250,7 @@ def run_cmd(args: argparse.Namespace) -> int:
 def summarize_cmd(args: argparse.Namespace) -> int:
     """Handler of `replay summarize`; writes the per-session (and optional per-request) CSV."""
     requests = load_runs(args.inputs, args.runs)
-    sessions = summarize_sessions(requests)
+    sessions = summarize_sessions(requests, args.foreign_load_threshold)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sessions.to_csv(args.out, index=False)
     if args.requests_out is not None:

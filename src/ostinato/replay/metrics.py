@@ -12,6 +12,7 @@ import pandas as pd
 from scipy import stats
 
 from ostinato.atomic import atomic_open
+from ostinato.replay.load import FOREIGN, UNKNOWN
 from ostinato.series import series_label
 from ostinato.tables import to_markdown
 from ostinato.sessions.model import KINDS
@@ -22,7 +23,8 @@ CiMethod = Literal["BCa", "percentile", "basic"]
 COMPARE_COLUMNS = [
     "workload", "engine", "target", "series", "sessions", "dropped", "total_s", "saved_pct", "saved_ci_low_pct",
     "saved_ci_high_pct", "won", *(f"ttft_{k}_s" for k in KINDS), *(f"n_{k}" for k in KINDS), "tpot_ms",
-    "server_total_s", "client_server_ratio", "server_saved_pct", "saved_gap_pp", "medians_over", "ci_method",
+    "server_total_s", "client_server_ratio", "server_saved_pct", "saved_gap_pp", "foreign_load_sessions",
+    "load_unknown_sessions", "load_threshold", "medians_over", "ci_method",
     "confidence", "n_resamples", "seed",
 ]
 SESSION_COLUMNS = {"engine", "session", "total_request_s"}
@@ -125,6 +127,16 @@ def _medians(sessions: pd.DataFrame, requests: pd.DataFrame | None, engine: str,
     return out
 
 
+def load_counts(sessions: pd.DataFrame, engine: str, kept: list[str]) -> dict:
+    """How many of an engine's kept sessions were measured under foreign load, and of how many it is unknown (a
+    summary without the `load_flag` column: made before the replay sampled the load); the threshold they used."""
+    s = sessions[(sessions["engine"] == engine) & sessions["session"].isin(kept)]
+    flags = s["load_flag"].fillna(UNKNOWN).astype(str) if "load_flag" in s else pd.Series(UNKNOWN, index=s.index)
+    thresholds = pd.to_numeric(s["load_threshold"], errors="coerce").dropna() if "load_threshold" in s else []
+    return {"foreign_load_sessions": int((flags == FOREIGN).sum()), "load_unknown_sessions": int((flags == UNKNOWN).sum()),
+            "load_threshold": float(thresholds.max()) if len(thresholds) else float("nan")}
+
+
 def _machine_label(sessions: pd.DataFrame, cfg: CompareConfig) -> str:
     """The machine label: the config's, else the CSV's distinct labels joined, else `this machine`."""
     if cfg.machine:
@@ -189,6 +201,7 @@ def _group_rows(sessions: pd.DataFrame, requests: pd.DataFrame | None, cfg: Comp
             "server_total_s": float(np.sum(server[e])) if kept else float("nan"),
             "client_server_ratio": float(total.sum() / np.sum(server[e])) if np.sum(server[e]) > 0 else float("nan"),
             "ci_method": cfg.method, "confidence": cfg.confidence, "n_resamples": cfg.n_resamples, "seed": cfg.seed,
+            **load_counts(sessions, e, kept),
         }
         if e != cfg.target and kept:
             low, high = bootstrap_saved(t_total, total, cfg)
@@ -216,8 +229,36 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         **{f"TTFT {k} (s)": table[f"ttft_{k}_s"].round(3) for k in KINDS},
         "TPOT (ms)": table["tpot_ms"].round(2), "client/server": table["client_server_ratio"].round(4),
         "server saved gap (pp)": table["saved_gap_pp"].round(2),
+        "foreign load": [foreign_load_cell(f, u, n) for f, u, n in
+                         zip(table["foreign_load_sessions"], table["load_unknown_sessions"], table["sessions"])],
     })
     return out
+
+
+def foreign_load_cell(flagged: float, unknown: float, sessions: float) -> str:
+    """`2/5` sessions measured under foreign load, `unknown` when none was sampled, `1/5 (2 unknown)` in between."""
+    if pd.isna(flagged) or pd.isna(sessions):
+        return "–"
+    flagged, unknown, sessions = int(flagged), int(unknown or 0), int(sessions)
+    if sessions and unknown == sessions:
+        return "unknown"
+    return f"{flagged}/{sessions}" + (f" ({unknown} unknown)" if unknown else "")
+
+
+def load_note(table: pd.DataFrame) -> str:
+    """The comparison's foreign-load sentence: how many engine sessions were flagged or unknown, at which threshold."""
+    threshold = table["load_threshold"].dropna()
+    rule = (f"other processes above {100 * threshold.max():g}% of the machine's CPU time" if len(threshold)
+            else "no load samples")
+    every = table[table["workload"] == table["workload"].iloc[-1]]  # the last workload holds all sessions
+    n_flag, n_unknown = int(every["foreign_load_sessions"].sum()), int(every["load_unknown_sessions"].sum())
+    n = int(every["sessions"].sum())
+    note = f"Foreign load ({rule}): {n_flag} of {n} engine sessions flagged"
+    if n_unknown:
+        note += f", {n_unknown} unknown (no load samples: results made before the replay recorded them)"
+    if n_flag:
+        note += "; a flagged session's times include waiting for the other work, not only the engine's"
+    return note + ".\n"
 
 
 def save_comparison(comp: Comparison, stem: str | Path) -> list[Path]:
@@ -231,7 +272,8 @@ def save_comparison(comp: Comparison, stem: str | Path) -> list[Path]:
     t = comp.table.iloc[0]
     note = (f"\n{len(comp.kept)} sessions completed by every engine ({len(comp.dropped)} dropped); saved = 1 − Σ{t['target']}"
             f"/Σengine over sessions; {100 * t['confidence']:.0f}% CI: {t['ci_method']} bootstrap over sessions (paired, "
-            f"{t['n_resamples']} resamples, seed {t['seed']}); medians over {t['medians_over']}.\n")
+            f"{t['n_resamples']} resamples, seed {t['seed']}); medians over {t['medians_over']}.\n"
+            + load_note(comp.table))
     with atomic_open(md) as f:
         f.write(to_markdown(display_table(comp.table), floatfmt=".4g") + note)
     return [csv, md]

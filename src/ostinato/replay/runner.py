@@ -7,6 +7,7 @@ that crashes or stops answering is restarted and the session replayed again from
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import time
@@ -21,6 +22,7 @@ from ostinato.atomic import sha256_file
 from ostinato.server.client import LLAMA_APIS, RequestInput, RequestOutput, erase_slot, send_completion
 from ostinato.errors import InputError
 from ostinato.inputs import load_json
+from ostinato.replay.load import LoadProbe, probe_for, usage_between
 from ostinato.replay.store import ResultStore, write_json_atomic
 from ostinato.routing.trace import trace_filename
 from ostinato.sessions.model import TokenizedSession
@@ -88,6 +90,9 @@ class ReplayConfig:
     api: str = "llama"
     model_name: str = ""  # the "model" field of OpenAI requests
     after_request: AfterRequest | None = None  # test hook, called after each request
+    # samples the machine's load around each request (ostinato.replay.load); None: `probe_for(server)` at the run's
+    # start; tests inject one that returns given samples
+    load_probe: LoadProbe | None = None
 
 
 @dataclass
@@ -137,12 +142,13 @@ def forced_tokens_match(streamed: list[int], forced: list[int], n_generated: int
 
 def request_record(engine: str, machine: str, session: TokenizedSession, turn: int, n_prompt: int,
                    out: RequestOutput | None, error: str, server_start: int, forced: bool = True,
-                   attempt: int = 1) -> dict:
+                   attempt: int = 1, load: dict | None = None) -> dict:
     """Return the JSON line of one request (client times in seconds, server timings as sent).
 
     `forced`: the recorded outputs were forced (llama-server); an OpenAI-compatible engine generates its own,
     of the recorded length, and `forced_match` is then null. `attempt`: which replay of the session (1, or more
-    after a server crash) the record comes from.
+    after a server crash) the record comes from. `load`: what else loaded the machine while the request ran
+    (`ostinato.replay.load.usage_between`), absent for a request that was not sent.
     """
     req = session.requests[turn]
     rec = {
@@ -151,6 +157,8 @@ def request_record(engine: str, machine: str, session: TokenizedSession, turn: i
         "ok": out is not None and out.success and not error, "error": error, "server_start": server_start,
         "attempt": attempt,
     }
+    if load is not None:
+        rec["load"] = load
     if out is not None:
         forced = list(req.output_token_ids)
         rec.update({
@@ -195,13 +203,16 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
             continue
         inp = RequestInput(tuple(prompt), max(1, req.n_output), req.output_token_ids if forced else (),
                            cfg.temperature, extra=extra)
+        before = cfg.load_probe.sample() if cfg.load_probe is not None else None
         out = send_completion(server.client, server.base_url, inp, cfg.request_timeout_s, cfg.api, cfg.model_name)
+        load = (usage_between(before, cfg.load_probe.sample(), cfg.load_probe.cores)
+                if cfg.load_probe is not None else None)
         error = ""
         if not out.success:
             error, restart = failure_reason(server, out.error)
             reason = error
         records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), out, error, server.n_starts,
-                                      forced, attempt))
+                                      forced, attempt, load))
         context = prompt + list(req.output_token_ids)  # the recorded conversation, whatever the engine generated
         if bar is not None:
             bar.update(1)
@@ -287,6 +298,8 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     if not todo:
         return summary
     server.start()  # no-op when already running
+    if cfg.load_probe is None:
+        cfg = dataclasses.replace(cfg, load_probe=probe_for(server))
     if cfg.warmup:
         server.warmup(list(WARMUP_TOKEN_IDS))
     n_req = sum(len(s.requests) for s in todo)
