@@ -239,6 +239,41 @@ def test_cli_generate_and_stats(tmp_path, capsys) -> None:
     assert f"{tmp_path}/manifest.json: no manifest" in capsys.readouterr().err
 
 
+def test_cli_stats_paper_shares_and_sessions_per_directory(tmp_path, capsys) -> None:
+    """--paper-shares keeps the paper's resident shares (4,864 and 5,702 of 11,008) of the traces' own experts, and
+    --heldout-sessions pairs one sessions file with each held-out directory (recorded traces have no manifest)."""
+    import shutil
+
+    def sessions(name, n_first):
+        path = tmp_path / f"{name}.jsonl"
+        write_sessions_jsonl([TokenizedSession(f"tau2/{name}/0", "tau2", "byte", "chatml", (
+            TokenizedRequest(0, "first", (1,) * n_first, (2,) * 30),
+            TokenizedRequest(1, "user", (3,) * 200, (4,) * 20)))], path)
+        return path
+
+    common = ["--model", "custom", "--n-layer", "2", "--n-expert", "256", "--n-expert-used", "6", "--no-progress"]
+    files = {name: sessions(name, n) for name, n in (("dev", 300), ("a", 2100), ("b", 400))}
+    for name, path in files.items():
+        assert main(["routing", "generate", "--sessions", str(path), "--out", str(tmp_path / name), *common]) == 0
+        (tmp_path / name / "manifest.json").unlink()  # as recorded: the sessions file says where requests sit
+    out = tmp_path / "stats.json"
+    assert main(["routing", "stats", "--dev", str(tmp_path / "dev"), "--dev-sessions", str(files["dev"]),
+                 "--heldout", str(tmp_path / "a"), str(tmp_path / "b"), "--heldout-sessions", str(files["a"]),
+                 str(files["b"]), "--paper-shares", "--label", "recorded (test)", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["n_resident_decode"] == round(4864 * 512 / 11008) and res["n_resident_prefill"] == round(5702 * 512 / 11008)
+    assert res["cold_per_layer"] == pytest.approx((512 - res["n_resident_decode"]) / 2)
+    assert res["label"] == "recorded (test)" and len(res["heldout"]) == 2 and res["pass_distinct_cold"]
+    assert main(["routing", "stats", "--dev", str(tmp_path / "dev"), "--dev-sessions", str(files["dev"]), "--heldout",
+                 str(tmp_path / "a"), str(tmp_path / "b"), "--heldout-sessions", str(files["a"]), str(files["b"]),
+                 str(files["dev"]), "--out", str(out)]) == 2
+    assert "--heldout-sessions names 3 files for the 2 directories of --heldout" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "b")
+    assert main(["routing", "stats", "--dev", str(tmp_path / "dev"), "--dev-sessions", str(files["dev"]), "--heldout",
+                 str(tmp_path / "b"), "--heldout-sessions", str(files["b"]), "--out", str(out)]) != 0
+    assert "no routing trace for session tau2/b/0" in capsys.readouterr().err
+
+
 # --- notebook -----------------------------------------------------------------------------------
 
 NOTEBOOK = REPO / "notebooks" / "routing_stats.ipynb"

@@ -193,7 +193,7 @@ def test_gpu_config_dag_and_result_sources(tmp_path):
                       "-n", "-p", "--forceall", "--cores", "16", "--configfile", "config/h200.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "models/v4flash-slice-8.gguf" in out and "--preset llama.cpp-layers" in out
+    assert "models/v4flash-slice-8-calibrated.gguf" in out and "--preset llama.cpp-layers" in out
     t3 = next(line for line in out.splitlines() if "table3.params.yaml" in line and "figures params" in line)
     assert "measured_sessions=[results/replay/sessions.csv]" in t3 and "reference_runs=[]" in t3
     t4 = next(line for line in out.splitlines() if "table4.params.yaml" in line and "figures params" in line)
@@ -208,6 +208,33 @@ def test_gpu_config_dag_and_result_sources(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "measured_sessions=[results/replay/sessions.csv]" in proc.stdout
     assert "reference_runs=[data/reference/h200/qwen/run1, data/reference/h200/qwen/run2" in proc.stdout
+
+
+def test_recorded_routing_stats_of_the_replayed_model(tmp_path):
+    """routing.recorded (config/h200.yaml): the stock engine's recorded routing of the calibrated-router model on the
+    held-out sets, measured against the development set's at the paper's shares, labelled an input; the default
+    config adds nothing; a held-out set that is the development set or not a session set is refused by key."""
+    proc = _snakemake("tables/routing_stats_recorded.md", "-n", "-p", "--forceall", "--cores", "16",
+                      "--configfile", "config/h200.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "--router calibrated --router-ranking moe-l2" in out
+    stats = next(line for line in out.splitlines() if "ostinato routing stats" in line)
+    assert "--dev results/residency/recorded/swe-dev-few/routing --dev-sessions results/sessions/swe-dev-few.jsonl" in stats
+    assert ("--heldout results/residency/recorded/swe-long/routing results/residency/recorded/tau2-few/routing "
+            "--heldout-sessions results/sessions/swe-long.jsonl results/sessions/tau2-few.jsonl") in stats
+    assert "--paper-shares" in stats and "synthetic model v4flash-slice-8-calibrated" in stats
+    assert "an input, not evidence" in stats
+    proc = _snakemake("-n", "--forceall", "--cores", "1")
+    assert proc.returncode == 0 and "compute_recorded_routing_stats" not in proc.stdout
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for bad, key in ((["swe-dev-few"], "is replay.residency.dev_set"), (["nope"], "is not a key of sessions.sets")):
+        cfg["routing"]["recorded"] = {"heldout": bad}
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        proc = _snakemake("-n", "--configfile", str(path), "--cores", "1")
+        assert proc.returncode != 0 and "routing.recorded.heldout" in proc.stdout + proc.stderr
+        assert key in proc.stdout + proc.stderr
 
 
 def test_capacity_budget_sizes_the_pool_and_every_preset(tmp_path):

@@ -4,6 +4,7 @@
 rule synth_model:
     input:
         engine=f"{ENGINE_DIR}/stock/manifest.json",
+        ranking=lambda w: router_inputs(w.model),
     output:
         "models/{model}.gguf",
     log:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ostinato.models.download import check_sha256, check_url, download
 from ostinato.models.gguf_import import gguf_py_dir
 from ostinato.models.layout import BLOCK_BYTES, STORAGE_TYPES, Types, total_bytes, total_params
+from ostinato.models.router import ROUTERS, Router
 from ostinato.models.spec import ModelSpec, get_spec, slice_name, spec_names
 from ostinato.models.vocab import VOCAB_KINDS, VOCAB_SIZES
 
@@ -29,6 +30,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--dense-type", choices=("f16", "f32"), default="f16",
                        help="attention, router, embeddings and shared experts (default f16)")
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    synth.add_argument("--router", choices=ROUTERS, default="random",
+                       help="random: the router's random weights alone (default); calibrated: selection biases and "
+                            "hash tables (deepseek4) or a bias carried by the router weights (qwen3moe) from an "
+                            "expert ranking, skewed like the paper's routing facts (docs/routing.md; the routing "
+                            "is an input, not evidence)")
+    synth.add_argument("--router-ranking", default="moe-l2", metavar="SOURCE",
+                       help="with --router calibrated: the experts' ranking per layer: moe-l2 (DeepSeek-V4-Flash's "
+                            "hot lists, placeholder layers seeded; default), seeded, or profile:PATH (a routing "
+                            "profile of `ostinato residency profile`, most routed first)")
+    synth.add_argument("--router-seed", type=int, default=0,
+                       help="with --router calibrated: seed of the rankings' seeded parts (default 0)")
     synth.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar (default: only for writes over 256 MiB)")
     synth.set_defaults(func=run_synth)
@@ -52,12 +64,14 @@ def run_synth(args: argparse.Namespace) -> int:
     from ostinato.models.synth import synthesize
 
     spec = get_spec(args.spec)
+    router = Router(args.router, args.router_ranking, args.router_seed)
     gguf_py_dir(args.llama_tree)
     types = Types(args.expert_type, args.dense_type)
     result = synthesize(spec, args.out, args.llama_tree, vocab=args.vocab, types=types, seed=args.seed,
-                        progress=args.progress)
+                        progress=args.progress, router=router)
+    routing = f", router {router.kind}" + (f" ({router.ranking})" if router.calibrated else "")
     print(f"{result.path}: {spec.name} ({spec.arch}), {result.n_tensors} tensors, vocab {result.n_vocab}, "
-          f"{result.file_bytes / _GIB:.3f} GiB in {result.seconds:.1f} s")
+          f"{result.file_bytes / _GIB:.3f} GiB in {result.seconds:.1f} s{routing}")
     return 0
 
 

@@ -8,12 +8,13 @@ output projections are further scaled by 1/sqrt(2 n_layer), norms are 1, biases 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from ostinato.models.router import LayerRouting, Router, calibrated_layers
 from ostinato.models.spec import ModelSpec
 
-Init = Literal["normal", "const", "hc_base", "hash_route"]
+Init = Literal["normal", "const", "hc_base", "hash_route", "values"]
 STORAGE_TYPES = ("mxfp4", "q8_0", "f16", "f32")
 # (elements per block, bytes per block) of the ggml types written here
 BLOCK_BYTES: dict[str, tuple[int, int]] = {
@@ -36,6 +37,13 @@ class TensorPlan:
     std: float = 0.0  # for "normal"
     value: float = 0.0  # for "const"
     n_expert: int = 0  # for "hash_route": experts to draw from
+    values: tuple[float, ...] = ()  # for "values": the data; for "hash_route": a selection bias to draw rows with
+    pin_col: int = -1  # for dense "normal": element pin_col of row r is pin_values[r % len(pin_values)]
+    pin_values: tuple[float, ...] = ()
+    zero_rows: tuple[int, int] = (0, 0)  # (period, index): rows r with r % period == index are all zero
+    # for dense "normal": row r becomes sqrt(1 - w_r^2) row_r + w_r v, v one random row of the same std (a logit
+    # every row shares); for "hash_route": the same weights of a token's shared logit when drawing rows
+    mix_rows: tuple[float, ...] = ()
 
     @property
     def n_elements(self) -> int:
@@ -87,32 +95,67 @@ def _experts(spec: ModelSpec, i: int, types: Types, out_gain: float) -> list[Ten
     ]
 
 
-def qwen3moe_tensors(spec: ModelSpec, n_vocab: int, types: Types) -> list[TensorPlan]:
-    """Tensors of a `qwen3moe` model (token embedding, GQA attention with QK-norm, MoE FFN, output head)."""
+# qwen3moe's calibrated router: hidden dimension 0 of the residual stream holds this constant for every token (the
+# embeddings' column 0; no layer writes to it), so router weights on it act as a per-expert logit bias.
+BIAS_DIM_VALUE = 8.0
+
+
+def qwen3moe_tensors(spec: ModelSpec, n_vocab: int, types: Types, router: Router = Router()) -> list[TensorPlan]:
+    """Tensors of a `qwen3moe` model (token embedding, GQA attention with QK-norm, MoE FFN, output head).
+
+    qwen3moe has no selection bias: llama.cpp picks the top-k of softmax(ffn_gate_inp x), x the RMS-normed residual.
+    A calibrated router makes one: every token embedding holds BIAS_DIM_VALUE in dimension 0, the attention and expert
+    output projections never write to it (their row 0 is zero), the output head ignores it (column 0 zero), and
+    `ffn_gate_inp`'s column 0 is the layer's bias / BIAS_DIM_VALUE. RMS norm scales every logit of a token alike,
+    which leaves the top-k unchanged, so the selection is the top-k of N(0, s^2) logits + bias / s, with s the RMS of
+    the residual stream's other dimensions (1 at the embeddings; it stays within a few percent of 1 through the
+    depth for these weights, see docs/models.md)."""
     d, hd, dense = spec.hidden, spec.head_dim, types.dense
     out_gain = 1.0 / math.sqrt(2 * spec.n_layer)
+    calibrated = (calibrated_layers(router, spec.n_layer, spec.n_expert, spec.n_expert_used, "softmax")
+                  if router.calibrated else None)
+    pinned = {"pin_col": 0} if calibrated else {}
+    no_dim0 = {"zero_rows": (d, 0)} if calibrated else {}
     plans = [
-        TensorPlan("token_embd.weight", (d, n_vocab), dense, "normal", std=1.0),
+        TensorPlan("token_embd.weight", (d, n_vocab), dense, "normal", std=1.0,
+                   **({"pin_col": 0, "pin_values": (BIAS_DIM_VALUE,)} if calibrated else {})),
         _vec("output_norm.weight", (d,), 1.0),
-        _mat("output.weight", (d, n_vocab), dense),
+        replace(_mat("output.weight", (d, n_vocab), dense), **pinned, **({"pin_values": (0.0,)} if calibrated else {})),
     ]
     for i in range(spec.n_layer):
+        experts = _experts(spec, i, types, out_gain)
+        if calibrated:
+            gate_col = tuple(b / BIAS_DIM_VALUE for b in calibrated[i].bias)
+            experts = [replace(experts[0], pin_col=0, pin_values=gate_col, mix_rows=calibrated[i].mix), experts[1],
+                       experts[2], replace(experts[3], **no_dim0)]
         plans += [
             _vec(f"blk.{i}.attn_norm.weight", (d,), 1.0),
             _mat(f"blk.{i}.attn_q.weight", (d, hd * spec.n_head), dense),
             _mat(f"blk.{i}.attn_k.weight", (d, hd * spec.n_head_kv), dense),
             _mat(f"blk.{i}.attn_v.weight", (d, hd * spec.n_head_kv), dense),
-            _mat(f"blk.{i}.attn_output.weight", (hd * spec.n_head, d), dense, out_gain),
+            replace(_mat(f"blk.{i}.attn_output.weight", (hd * spec.n_head, d), dense, out_gain), **no_dim0),
             _vec(f"blk.{i}.attn_q_norm.weight", (hd,), 1.0),
             _vec(f"blk.{i}.attn_k_norm.weight", (hd,), 1.0),
             _vec(f"blk.{i}.ffn_norm.weight", (d,), 1.0),
-            *_experts(spec, i, types, out_gain),
+            *experts,
         ]
     return plans
 
 
-def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types) -> list[TensorPlan]:
-    """Tensors of a `deepseek4` model: hyper-connections, MQA with low-rank Q/O, compressors, indexer, MoE."""
+def _mixed(experts: list[TensorPlan], layer: LayerRouting | None) -> list[TensorPlan]:
+    """The experts' tensors with the router's rows (`ffn_gate_inp`, first) sharing the calibrated layer's logit."""
+    if layer is None or not layer.mix:
+        return experts
+    return [replace(experts[0], mix_rows=layer.mix), *experts[1:]]
+
+
+def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types, router: Router = Router()) -> list[TensorPlan]:
+    """Tensors of a `deepseek4` model: hyper-connections, MQA with low-rank Q/O, compressors, indexer, MoE.
+
+    With a calibrated router, `exp_probs_b` holds each non-hash layer's selection bias and the `tid2eid` rows of
+    the hash layers are drawn by that layer's biased router (ostinato.models.router)."""
+    calibrated = (calibrated_layers(router, spec.n_layer, spec.n_expert, spec.n_expert_used)
+                  if router.calibrated else None)
     d, hd, dense = spec.hidden, spec.head_dim, types.dense
     hc = spec.hc_mult
     hc_dim, hc_mix = hc * d, (2 + hc) * hc
@@ -168,13 +211,17 @@ def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types) -> list[Tenso
         if i < spec.n_hash_layers:
             plans.append(
                 TensorPlan(f"blk.{i}.ffn_gate_tid2eid.weight", (spec.n_expert_used, n_vocab), "i32", "hash_route",
-                           n_expert=spec.n_expert)
+                           n_expert=spec.n_expert, values=calibrated[i].bias if calibrated else (),
+                           mix_rows=calibrated[i].mix if calibrated else ())
             )
+        elif calibrated:
+            plans.append(TensorPlan(f"blk.{i}.exp_probs_b.bias", (spec.n_expert,), "f32", "values",
+                                    values=calibrated[i].bias))
         else:
             plans.append(_vec(f"blk.{i}.exp_probs_b.bias", (spec.n_expert,), 0.0))
         plans += [
             _vec(f"blk.{i}.ffn_norm.weight", (d,), 1.0),
-            *_experts(spec, i, types, out_gain),
+            *_mixed(_experts(spec, i, types, out_gain), calibrated[i] if calibrated else None),
             _mat(f"blk.{i}.ffn_gate_shexp.weight", (d, shared_ffn), dense),
             _mat(f"blk.{i}.ffn_up_shexp.weight", (d, shared_ffn), dense),
             _mat(f"blk.{i}.ffn_down_shexp.weight", (shared_ffn, d), dense, out_gain),
@@ -182,11 +229,11 @@ def deepseek4_tensors(spec: ModelSpec, n_vocab: int, types: Types) -> list[Tenso
     return plans
 
 
-def tensor_plans(spec: ModelSpec, n_vocab: int, types: Types) -> list[TensorPlan]:
-    """All tensors of `spec` in file order."""
+def tensor_plans(spec: ModelSpec, n_vocab: int, types: Types, router: Router = Router()) -> list[TensorPlan]:
+    """All tensors of `spec` in file order (`router`: how the model routes; random by default)."""
     if spec.arch == "qwen3moe":
-        return qwen3moe_tensors(spec, n_vocab, types)
-    return deepseek4_tensors(spec, n_vocab, types)
+        return qwen3moe_tensors(spec, n_vocab, types, router)
+    return deepseek4_tensors(spec, n_vocab, types, router)
 
 
 def total_bytes(spec: ModelSpec, n_vocab: int, types: Types) -> int:

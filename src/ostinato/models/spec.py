@@ -125,6 +125,61 @@ _TINY_V4 = ModelSpec(
     ),
 )
 
+_MINI_V4 = ModelSpec(
+    name="mini-v4",
+    arch="deepseek4",
+    n_layer=8,
+    hidden=128,
+    expert_ffn=64,
+    n_expert=256,
+    n_expert_used=6,
+    n_shared=1,
+    n_head=4,
+    n_head_kv=1,
+    head_dim=64,
+    rope_dim=32,
+    vocab="deepseek",
+    context_length=32768,
+    q_lora_rank=64,
+    o_groups=2,
+    o_lora_rank=32,
+    sliding_window=128,
+    compress_ratios=(4, 128, 4, 128, 4, 128, 4, 128),
+    indexer_heads=4,
+    indexer_head_dim=128,
+    indexer_top_k=64,
+    hc_sinkhorn_iters=4,
+    n_hash_layers=3,
+    expert_weights_scale=1.5,
+    doc=(
+        "Small deepseek4 with DeepSeek-V4-Flash's routing shape at a tiny width, for measuring a synthesized router on "
+        "the CPU: 8 MoE layers (the first three hash-routed), 256 experts top-6 of FFN 64 plus 1 shared, hidden 128, "
+        "CSA (ratio 4) and HCA (ratio 128) layers alternating, window 128, the DeepSeek-V4 vocabulary."
+    ),
+)
+
+_MINI_QWEN3MOE = ModelSpec(
+    name="mini-qwen3moe",
+    arch="qwen3moe",
+    n_layer=8,
+    hidden=128,
+    expert_ffn=64,
+    n_expert=128,
+    n_expert_used=8,
+    n_shared=0,
+    n_head=4,
+    n_head_kv=2,
+    head_dim=32,
+    rope_dim=32,
+    vocab="qwen",
+    context_length=40960,
+    rope_freq_base=1000000.0,
+    doc=(
+        "Small qwen3moe with Qwen3-235B-A22B's routing shape at a tiny width, for measuring a synthesized router on the "
+        "CPU: 8 MoE layers, 128 experts top-8 of FFN 64, hidden 128, GQA 4/2 heads of 32, the Qwen3 vocabulary."
+    ),
+)
+
 _V4FLASH_LAYERS = 43
 _QWEN3_235B_LAYERS = 94
 
@@ -207,7 +262,7 @@ def qwen3_235b_slice(n_layer: int) -> ModelSpec:
     )
 
 
-_FIXED = {s.name: s for s in (_TINY_QWEN3MOE, _TINY_V4)}
+_FIXED = {s.name: s for s in (_TINY_QWEN3MOE, _TINY_V4, _MINI_V4, _MINI_QWEN3MOE)}
 _SLICES = {"v4flash": v4flash_slice, "qwen3-235b": qwen3_235b_slice}
 # layers of the full models the slices are cut from (the largest L accepted)
 SLICE_MAX_LAYERS = {"v4flash": _V4FLASH_LAYERS, "qwen3-235b": _QWEN3_235B_LAYERS}
@@ -220,7 +275,8 @@ def spec_names() -> list[str]:
 
 
 def get_spec(name: str) -> ModelSpec:
-    """Return the spec called `name` (`tiny-v4`, `tiny-qwen3moe`, `v4flash-slice-L`, `qwen3-235b-slice-L`)."""
+    """Return the spec called `name` (`tiny-v4`, `tiny-qwen3moe`, `mini-v4`, `mini-qwen3moe`, `v4flash-slice-L`,
+    `qwen3-235b-slice-L`)."""
     if name in _FIXED:
         return _FIXED[name]
     match = _SLICE_RE.match(name)

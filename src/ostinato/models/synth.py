@@ -14,6 +14,7 @@ import numpy as np
 
 from ostinato.models.gguf_import import load_gguf
 from ostinato.models.layout import TensorPlan, Types, tensor_plans
+from ostinato.models.router import Router
 from ostinato.models.spec import ModelSpec
 from ostinato.models.vocab import GGUFVocab, build_vocab
 from ostinato.models.weights import iter_chunks
@@ -136,15 +137,20 @@ def synthesize(
     types: Types = Types(),
     seed: int = 0,
     progress: bool | None = None,
+    router: Router = Router(),
 ) -> SynthResult:
-    """Write `spec` with random weights to `out` as a GGUF for llama.cpp; the file appears only when complete."""
+    """Write `spec` with random weights to `out` as a GGUF for llama.cpp; the file appears only when complete.
+
+    `router`: random (the default: the router's random weights alone, no bias) or calibrated (selection biases and
+    hash tables from an expert ranking, ostinato.models.router); a calibrated router is named in the metadata
+    (`ostinato.synth.router*`), so the routing it gives is labelled an input."""
     t0 = time.monotonic()
     if seed < 0:
         raise ValueError(f"--seed {seed}: expected an integer >= 0")
     tree = Path(tree)
     gguf = load_gguf(tree)
     voc = build_vocab(vocab or spec.vocab)
-    plans = tensor_plans(spec, voc.n_vocab, types)
+    plans = tensor_plans(spec, voc.n_vocab, types, router)
     check_names(gguf, spec.arch, plans)
 
     out = Path(out)
@@ -159,6 +165,9 @@ def synthesize(
                          ("dense_type", types.dense)):
             w.add_string(f"ostinato.synth.{key}", val)
         w.add_uint64("ostinato.synth.seed", seed)
+        if router.calibrated:  # a random router writes no key, so default models keep their bytes
+            for key, val in router.describe().items():
+                w.add_string(f"ostinato.synth.{key}", val)
         _add_hparams(w, gguf, spec)
         _add_vocab(w, voc, tree)
         for plan in plans:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ostinato.models.layout import BLOCK_BYTES, TensorPlan
+from ostinato.models.router import draw_hash_rows
 
 # Upper bound on the elements of one generated group (4 Mi elements: 16 MiB as float32).
 GROUP_ELEMENTS = 1 << 22
@@ -97,20 +98,76 @@ def iter_chunks(plan: TensorPlan, seed: int) -> Iterator[np.ndarray]:
     if plan.init == "hc_base":
         yield _hc_base(plan)
         return
+    if plan.init == "values":
+        yield _encode(np.asarray(plan.values, dtype=np.float32), plan.dtype)
+        return
     ne0 = plan.ne[0]
     n_rows = plan.n_elements // ne0
     per_group = rows_per_group(plan)
     for group, row in enumerate(range(0, n_rows, per_group)):
         rows = min(per_group, n_rows - row)
         rng = _rng(seed, plan.name, group)
-        if plan.init == "hash_route":
+        if plan.init == "hash_route" and plan.values:
+            yield draw_hash_rows(rng, rows, ne0, np.asarray(plan.values),
+                                 np.asarray(plan.mix_rows) if plan.mix_rows else None)
+        elif plan.init == "hash_route":
             yield _hash_route(rng, rows, ne0, plan.n_expert)
         elif plan.dtype == "mxfp4":
-            yield _mxfp4(rng, rows * ne0, plan.std)
+            yield _zero_rows(_mxfp4(rng, rows * ne0, plan.std), plan, row, rows, 1)
         elif plan.dtype == "q8_0":
-            yield _q8_0(rng, rows * ne0, plan.std)
+            yield _zero_rows(_q8_0(rng, rows * ne0, plan.std), plan, row, rows, 2)
         else:
-            yield _encode(_normal(rng, rows * ne0, plan.std), plan.dtype)
+            values = _pin(_mix(_normal(rng, rows * ne0, plan.std), plan, seed, row, rows), plan, row, rows)
+            yield _zero_rows(_encode(values, plan.dtype), plan, row, rows, 0)
+
+
+def _row_ids(plan: TensorPlan, row: int, rows: int) -> np.ndarray:
+    """Indices (within the group) of the rows that `plan.zero_rows` zeroes."""
+    period, index = plan.zero_rows
+    if not period:
+        return np.zeros(0, dtype=np.int64)
+    r = np.arange(row, row + rows)
+    return np.flatnonzero(r % period == index)
+
+
+def _zero_rows(data: np.ndarray, plan: TensorPlan, row: int, rows: int, header: int) -> np.ndarray:
+    """Zero the selected rows of a group: every value (f32/f16), or every code after a block's `header` scale bytes
+    (MXFP4: code 0 is 0; Q8_0: int8 0)."""
+    hit = _row_ids(plan, row, rows)
+    if not hit.size:
+        return data
+    view = data.reshape(rows, -1)
+    if header:
+        block = BLOCK_BYTES[plan.dtype][1]
+        view.reshape(rows, -1, block)[hit, :, header:] = 0
+    else:
+        view[hit] = 0
+    return data
+
+
+def _mix(values: np.ndarray, plan: TensorPlan, seed: int, row: int, rows: int) -> np.ndarray:
+    """Rows r of a dense group become sqrt(1 - w_r^2) row_r + w_r v (`plan.mix_rows`), v one row of the tensor's
+    std drawn once per tensor: a logit every row shares, weighted by w_r."""
+    if not plan.mix_rows:
+        return values
+    if len(plan.mix_rows) != plan.n_elements // plan.ne[0]:
+        raise ValueError(f"tensor {plan.name}: {len(plan.mix_rows)} mixing weights for "
+                         f"{plan.n_elements // plan.ne[0]} rows")
+    v = _normal(np.random.default_rng([seed, zlib.crc32(plan.name.encode()), 0x5EED]), plan.ne[0], plan.std)
+    w = np.asarray(plan.mix_rows[row:row + rows], dtype=np.float32)[:, None]
+    view = values.reshape(rows, plan.ne[0])
+    view[:] = np.sqrt(1.0 - w * w) * view + w * v[None, :]
+    return values
+
+
+def _pin(values: np.ndarray, plan: TensorPlan, row: int, rows: int) -> np.ndarray:
+    """Set element `plan.pin_col` of each row of a dense group to its pinned value."""
+    if plan.pin_col < 0:
+        return values
+    pins = np.asarray(plan.pin_values, dtype=np.float32)
+    view = values.reshape(rows, plan.ne[0])
+    view[:, plan.pin_col] = pins[np.arange(row, row + rows) % pins.size]
+    return values
 
 
 def max_chunk_bytes(plan: TensorPlan) -> int:

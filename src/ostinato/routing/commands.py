@@ -17,7 +17,7 @@ from ostinato.routing.trace import trace_filename
 from ostinato.errors import InputError
 from ostinato.routing.layout import SessionLayout, read_layouts, read_manifest_layouts, synthetic_layouts
 from ostinato.routing.shapes import SHAPES, ModelShape, custom_shape, get_shape
-from ostinato.routing.stats import open_trace_dir, routing_facts
+from ostinato.routing.stats import PAPER_PAIRS, open_trace_dir, routing_facts
 
 MANIFEST = "manifest.json"
 
@@ -100,11 +100,16 @@ def add_stats_args(p: argparse.ArgumentParser) -> None:
     """Options of `routing stats`."""
     p.add_argument("--dev", nargs="+", required=True, help="trace directories of the development sessions")
     p.add_argument("--heldout", nargs="+", required=True, help="trace directories of the held-out sessions")
-    p.add_argument("--dev-sessions", help="sessions JSONL of --dev (default: each directory's manifest.json)")
-    p.add_argument("--heldout-sessions", help="sessions JSONL of --heldout (default: manifest.json)")
+    p.add_argument("--dev-sessions", nargs="+", help="sessions JSONL of --dev: one for every directory, or one per "
+                   "directory in --dev's order (default: each directory's manifest.json)")
+    p.add_argument("--heldout-sessions", nargs="+", help="sessions JSONL of --heldout, as --dev-sessions "
+                   "(default: manifest.json)")
     p.add_argument("--n-resident-decode", type=int, default=4864, help="resident experts for coverage, 2,048-token "
                    "passes and decode (44%% of 43x256)")
     p.add_argument("--n-resident-prefill", type=int, default=5702, help="resident experts for short prefills")
+    p.add_argument("--paper-shares", action="store_true",
+                   help="take --n-resident-decode/--n-resident-prefill as counts out of the paper's 43 x 256 = 11,008 "
+                        "experts and keep the same shares of the traces' own experts (a model of fewer layers)")
     p.add_argument("--label", help="series label (default: simulated (<profile>) or measured (<machine>))")
     p.add_argument("--machine", default="", help="machine label of recorded (non-synthetic) traces")
     p.add_argument("--out", required=True, help="JSON: facts, per-target paper value, range and result")
@@ -125,13 +130,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """Print and write the routing facts (target vs achieved) of development and held-out trace sets."""
     sets, manifests = {}, []
     for key, dirs, sess in (("dev", args.dev, args.dev_sessions), ("heldout", args.heldout, args.heldout_sessions)):
+        if sess and len(sess) not in (1, len(dirs)):
+            raise InputError(f"routing stats: --{key}-sessions names {len(sess)} files for the {len(dirs)} directories "
+                             f"of --{key}: give one for all or one per directory")
         sts = []
-        for d in dirs:
-            lays, man = _dir_layouts(d, sess)
+        for i, d in enumerate(dirs):
+            lays, man = _dir_layouts(d, sess[i if len(sess) > 1 else 0] if sess else None)
             manifests.append(man)
             sts += open_trace_dir(d, lays, exact=bool(man))
         sets[key] = sts
-    facts = routing_facts(sets["dev"], sets["heldout"], args.n_resident_decode, args.n_resident_prefill)
+    facts = routing_facts(sets["dev"], sets["heldout"], args.n_resident_decode, args.n_resident_prefill,
+                          scale_from=PAPER_PAIRS if args.paper_shares else None)
     missing = [t.name for t in facts.targets() if math.isnan(t.value)]
     if missing:
         raise InputError(f"routing stats: no data for {', '.join(missing)}: the held-out traces "

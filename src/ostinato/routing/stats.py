@@ -207,11 +207,22 @@ class RoutingFacts:
         return d
 
 
+# The paper's model: 43 MoE layers x 256 experts, of which 4,864 (44%) and 5,702 are resident.
+PAPER_PAIRS = 43 * 256
+
+
 def routing_facts(dev: Sequence[SessionTrace], heldout: Sequence[SessionTrace], n_resident_decode: int = 4864,
-                  n_resident_prefill: int = 5702, n_pass: int = 2048) -> RoutingFacts:
-    """Rank experts on the development traces and measure the held-out traces against that residency."""
+                  n_resident_prefill: int = 5702, n_pass: int = 2048, scale_from: int | None = None
+                  ) -> RoutingFacts:
+    """Rank experts on the development traces and measure the held-out traces against that residency.
+
+    With `scale_from` (e.g. PAPER_PAIRS) the resident counts are shares of that many experts, applied to the
+    traces' own (layer, expert) pairs: a model of 8 x 256 experts keeps 905 of 2,048 for the paper's 4,864."""
     counts = expert_counts(st.trace for st in dev)
     n_pairs = int((counts.sum(axis=1) > 0).sum()) * counts.shape[1]
+    if scale_from:
+        n_resident_decode = int(round(n_resident_decode * n_pairs / scale_from))
+        n_resident_prefill = int(round(n_resident_prefill * n_pairs / scale_from))
     res_d = resident_mask(counts, n_resident_decode)
     res_p = resident_mask(counts, n_resident_prefill)
     moe = counts.sum(axis=1) > 0

@@ -45,9 +45,35 @@ def routing_stats_dirs(kind):
     return [f"results/routing/{s}" for s in ROUTING["stats"][kind]]
 
 
+def recorded_routing_sets():
+    """Held-out session sets whose routing the stock engine records on the replayed model (routing.recorded)."""
+    return list(ROUTING["recorded"]["heldout"])
+
+
+def recorded_routing_inputs(wildcards):
+    """Inputs of `compute_recorded_routing_stats`: the recorded routing and the sessions of the development set
+    (replay.residency.dev_set, the set the replay's plans rank experts by) and of the held-out sets."""
+    dev = config["replay"]["residency"]["dev_set"]
+    return {"dev": f"results/residency/recorded/{dev}", "dev_sessions": f"results/sessions/{dev}.jsonl",
+            "heldout": [f"results/residency/recorded/{s}" for s in recorded_routing_sets()],
+            "heldout_sessions": [f"results/sessions/{s}.jsonl" for s in recorded_routing_sets()]}
+
+
+def recorded_routing_label(model):
+    """Series label of a model's recorded routing: a synthesized model's routing is an input, never evidence."""
+    c = config["models"].get(model, {})
+    if "spec" in c:
+        return (f"recorded ({MACHINE}), synthetic model {model}, router {c.get('router', 'random')}: "
+                "an input, not evidence")
+    return f"measured ({MACHINE}), {model}"
+
+
 def routing_targets():
-    """Outputs of the routing-statistics notebook (to add to `rule all`)."""
-    return list(notebook_outputs("routing_stats").values())
+    """Outputs of the routing-statistics notebooks (to add to `rule all`), the recorded one's with routing.recorded."""
+    out = list(notebook_outputs("routing_stats").values())
+    if recorded_routing_sets():
+        out += list(notebook_outputs("routing_stats_recorded").values())
+    return out
 
 
 def check_routing_config():
@@ -58,6 +84,15 @@ def check_routing_config():
     for s in ROUTING["synthetic"]:
         if s in config["sessions"]["sets"]:
             raise ValueError(f"config routing.synthetic: {s!r} is also a session set; pick another name")
+    for s in recorded_routing_sets():
+        if s not in config["sessions"]["sets"]:
+            raise ValueError(f"config routing.recorded.heldout: {s!r} is not a key of sessions.sets")
+        if not config["replay"].get("residency"):
+            raise ValueError("config routing.recorded.heldout: needs replay.residency.dev_set, the development set "
+                             "the held-out sets are measured against")
+        if s == config["replay"]["residency"]["dev_set"]:
+            raise ValueError(f"config routing.recorded.heldout: {s!r} is replay.residency.dev_set; held-out sets "
+                             "must be sessions never used to rank the experts")
     for kind in ("dev", "heldout"):
         for s in ROUTING["stats"][kind]:
             if s not in routing_sets():
