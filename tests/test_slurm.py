@@ -23,7 +23,7 @@ from slurm_cluster import Cluster, ClusterUnavailable, missing_tools, single_nod
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = "workflow/profiles/slurm"
-WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "engine", "environment.yml", "data/profiles", "data/paper")
+WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "engine", "environment.yml", "data/profiles", "data/paper", "artifact")
 TARGETS = ("results/costmodel/checks-paper-4x4090d.json", "results/routing/synthetic-swe-dev")
 TARGET_RULES = {"check_costmodel", "make_routing"}
 ENGINE_RULES = {"build_engine", "check_memory_model", "check_local_agent", "record_routing", "replay", "calibrate",
