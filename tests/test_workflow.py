@@ -221,8 +221,8 @@ def test_recorded_routing_stats_of_the_replayed_model(tmp_path):
     assert "--router calibrated --router-ranking moe-l2" in out
     stats = next(line for line in out.splitlines() if "ostinato routing stats" in line)
     assert "--dev results/residency/recorded/swe-dev-few/routing --dev-sessions results/sessions/swe-dev-few.jsonl" in stats
-    assert ("--heldout results/residency/recorded/swe-long/routing results/residency/recorded/tau2-few/routing "
-            "--heldout-sessions results/sessions/swe-long.jsonl results/sessions/tau2-few.jsonl") in stats
+    assert ("--heldout results/residency/recorded/swe-long/routing results/residency/recorded/tau2-heldout/routing "
+            "--heldout-sessions results/sessions/swe-long.jsonl results/sessions/tau2-heldout.jsonl") in stats
     assert "--paper-shares" in stats and "synthetic model v4flash-slice-8-calibrated" in stats
     assert "an input, not evidence" in stats
     proc = _snakemake("-n", "--forceall", "--cores", "1")
