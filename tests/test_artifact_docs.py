@@ -134,3 +134,31 @@ def test_qwen_requests_short_of_their_forced_tokens() -> None:
     assert len(recs) == 228 and len(short) == 102 and set(short.groupby("run").size()) == {34}
     assert ((short["n_forced"] - short["n_output"]) == 1).all() and set(short["final_stop_type"]) == {"eos"}
     assert {f.qwen_special(i) for i in short["last_streamed"]} == {"<|im_end|>"}
+
+
+def test_collect_records_the_state_of_the_tree_before_it_writes(tmp_path: Path) -> None:
+    """`ostinato artifact collect` into a folder of the repository: run.json says clean for a clean tree (the files it
+    copies in are not the run's changes) and dirty when a tracked file was changed before it."""
+    import json
+    import subprocess
+
+    from ostinato.artifact.collect import COLLECTED, collect
+
+    for rel in COLLECTED:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x\n")
+    bench = tmp_path / "results/replay/a.benchmark.tsv"
+    bench.write_text("s\tcpu_time\tmax_rss\n1.0\t0.5\t10\n")
+    out = tmp_path / "data/reference/here"
+    for rel in COLLECTED:  # an earlier collect, committed: this one changes those files
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("earlier run\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["commit", "-qm", "run"], cwd=tmp_path, check=True)
+    collect(tmp_path, out, "here", "make reproduce")
+    assert json.loads((out / "run.json").read_text())["dirty"] is False
+    (tmp_path / COLLECTED[0]).write_text("changed\n")
+    collect(tmp_path, out, "here", "make reproduce")
+    assert json.loads((out / "run.json").read_text())["dirty"] is True

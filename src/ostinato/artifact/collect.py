@@ -65,16 +65,17 @@ def collect(root: Path, out: Path, label: str, command: str) -> list[Path]:
     missing = [p for p in COLLECTED if not (root / p).is_file()]
     if missing:
         raise FileNotFoundError(f"{root}: the run lacks {', '.join(missing)} (run `{command}` first)")
+    # the tree's state before this copy writes into it (out is usually inside the repository)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                            text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True).stdout.strip())
     written = []
     for rel in COLLECTED:
         dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / rel, dst)
         written.append(dst)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                            text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                capture_output=True, text=True).stdout.strip())
     with atomic_open(out / "benchmarks.csv") as f:
         benchmarks(root).to_csv(f, index=False)
     doc = {"commit": commit, "dirty": dirty, "command": command, "machine": describe_machine(label).to_json(),

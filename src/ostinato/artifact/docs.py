@@ -31,6 +31,7 @@ TEMPLATES: dict[str, str] = {
     "data/reference/h200/ablation/README.md.j2": "data/reference/h200/ablation/README.md",
     "data/reference/h200/qwen/README.md.j2": "data/reference/h200/qwen/README.md",
     "data/reference/h200/baselines/README.md.j2": "data/reference/h200/baselines/README.md",
+    "data/reference/cpu-2c/README.md.j2": "data/reference/cpu-2c/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
 
