@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 BACKEND = os.environ.get("OSTINATO_ENGINE_BACKEND", "cpu")
 ENGINE_OUT = REPO / "build" / "engine" / BACKEND
 MODEL_CACHE = REPO / "build" / "test-models"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 # Fixtures that build the engine: `engine_variants`, and the modules' fixtures that ask for it through
@@ -78,3 +80,21 @@ def tiny_model(llama_tree: Path) -> Path:
 def tiny_v4_model(llama_tree: Path) -> Path:
     """A tiny deepseek4 GGUF with a byte vocabulary and F32 weights."""
     return _synth(llama_tree, "tiny-v4", "byte", "f32", "f32")
+
+
+# The fake llama-server (tests/fixtures/fake_llama_server.py) of the replay and fault tests
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    """An executable wrapper that starts the fake llama-server with this Python."""
+    wrapper = tmp_path / "llama-server"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FIXTURES / "fake_llama_server.py"}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.fixture
+def fake_model(tmp_path: Path) -> Path:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    return model

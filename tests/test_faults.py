@@ -23,10 +23,10 @@ import ostinato.replay.store as store_mod
 from ostinato.replay import ReplayConfig, ResultStore, run_replay
 from ostinato.replay.runner import WARMUP_TOKEN_IDS
 from ostinato.replay.store import ResultWriteError
-from ostinato.server import LlamaServer, ServerConfig
+from ostinato.server import LlamaServer
 from ostinato.sessions.model import TokenizedRequest, TokenizedSession, write_sessions_jsonl
+from test_replay import fake_config as server_config  # the fake llama-server's config (fixtures in conftest)
 
-FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -35,28 +35,6 @@ def make_sessions(n: int = 4, turns: int = 3) -> list[TokenizedSession]:
     return [TokenizedSession(f"fault/s{s}", "test", "byte", "chatml", tuple(
         TokenizedRequest(t, "first" if t == 0 else "tool", (10 + s, 20 + t, 30, 31), (97, 98 + t, 99, 100, 101))
         for t in range(turns))) for s in range(n)]
-
-
-@pytest.fixture
-def fake_bin(tmp_path: Path) -> Path:
-    """An executable wrapper that starts the fake llama-server with this Python."""
-    wrapper = tmp_path / "llama-server"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FIXTURES / "fake_llama_server.py"}" "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
-
-
-@pytest.fixture
-def fake_model(tmp_path: Path) -> Path:
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
-    return model
-
-
-def server_config(fake_bin: Path, fake_model: Path, tmp_path: Path, **env: str) -> ServerConfig:
-    env = {"FAKE_REQUEST_LOG": str(tmp_path / "requests.jsonl"), **env}
-    return ServerConfig(binary=fake_bin, model=fake_model, env=env, log_path=tmp_path / "server.log",
-                        startup_timeout_s=30)
 
 
 def logged_completions(tmp_path: Path) -> list[list[int]]:

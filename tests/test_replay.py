@@ -134,22 +134,6 @@ def _gone(pid: int, timeout_s: float = 10.0) -> bool:
 
 # --- server lifecycle and runner against the fake server ------------------------------------------
 
-@pytest.fixture
-def fake_bin(tmp_path: Path) -> Path:
-    """An executable wrapper that starts the fake llama-server with this Python."""
-    wrapper = tmp_path / "llama-server"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FIXTURES / "fake_llama_server.py"}" "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
-
-
-@pytest.fixture
-def fake_model(tmp_path: Path) -> Path:
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
-    return model
-
-
 def fake_config(fake_bin: Path, fake_model: Path, tmp_path: Path, **env: str) -> ServerConfig:
     env = {"FAKE_REQUEST_LOG": str(tmp_path / "requests.jsonl"), **env}
     return ServerConfig(binary=fake_bin, model=fake_model, env=env, log_path=tmp_path / "server.log",
