@@ -43,7 +43,8 @@ class CalibrationFit:
 def fit_calibration(rows: pd.DataFrame, uploads: pd.DataFrame, n_moe_layer: int, k: int,
                     expert_bytes: float) -> CalibrationFit:
     """Fit the calibration constants from the rows of `run_calibration` and the upload passes of its log."""
-    ok = rows[(rows["error"].fillna("") == "") & (rows["rep"] >= 0)]
+    err = rows["error"]  # NaN (all float when no row failed) or "" means no error
+    ok = rows[(err.isna() | (err.astype(str) == "")) & (rows["rep"] >= 0)]
     dec = ok[ok["what"] == "decode"].groupby("r")["predicted_per_token_ms"].median()
     if 0 not in dec.index or (dec.index >= 1).sum() < 2:
         raise ValueError("the decode fit needs r = 0 and at least two r >= 1 measured without error")
