@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ostinato.presets import OP_OFFLOAD_MIN_BATCH, preset
+from ostinato.presets import OP_OFFLOAD_MIN_BATCH, PLAN_RULES, preset
 from ostinato.residency.budget import ExpertBudget, expert_budget_from_gguf
 
 GIB = 1 << 30
@@ -47,6 +47,17 @@ def test_native_prefill_preset_is_the_ablation_step():
     assert cfg.env == {"GGML_OP_OFFLOAD_MIN_BATCH": str(OP_OFFLOAD_MIN_BATCH)}
     with pytest.raises(ValueError, match="'ostinato-native-prefill' needs a residency plan"):
         preset("ostinato-native-prefill", ExpertBudget((100,) * 4))
+
+
+@pytest.mark.parametrize("base", ["ostinato", "ostinato-native-prefill"])
+def test_overlap_presets_add_the_branches_flag_to_their_base(base):
+    """`<base>-overlap` is its base preset with the split path's branches overlapped, nothing else changed."""
+    budget = ExpertBudget((V4_LAYER,) * 8, 14 * GIB)
+    b = preset(base, budget, plan="p.json", upload_min=256)
+    o = preset(f"{base}-overlap", budget, plan="p.json", upload_min=256)
+    assert o.name == f"{base}-overlap" and o.variant == b.variant == "ostinato" and o.env == b.env
+    assert o.server_args == b.server_args + ("--residency-branches", "overlap")
+    assert PLAN_RULES[o.name] == PLAN_RULES[base]
 
 
 def test_cpu_and_gpu_experts_presets():

@@ -93,6 +93,65 @@ def test_pools_match_stock(engine_variants, model_case, upload_min, path, seed):
     np.testing.assert_allclose(_probs(out), _probs(ref), rtol=1e-4 if cpu else 1e-3, atol=1e-6 if cpu else 1e-3)
 
 
+def _node_order(log: str, layer: int) -> dict[str, list[int]]:
+    """Positions, in the scheduler's node list of the last graph the log prints (GGML_SCHED_DEBUG=2, -lv 5), of one layer's
+    node that hands the cold inputs to the CPU and of its MUL_MAT_IDs by branch (the ids they read)."""
+    graph = log.split("## SPLIT #0")[-1]
+    order: dict[str, list[int]] = {"cold_in": [], "hot": [], "cold": []}
+    for line in graph.splitlines():
+        m = re.search(r"node #\s*(\d+) \(\s*(\S+)\):\s*(\S+)", line)  # (after the log's timestamp)
+        if not m:
+            continue
+        pos, op, name = int(m[1]), m[2], m[3]
+        if name == f"ffn_moe_cold_in-{layer}":
+            order["cold_in"].append(pos)
+        elif op == "MUL_MAT_ID" and f"ffn_moe_ids_hot-{layer} " in line:
+            order["hot"].append(pos)
+        elif op == "MUL_MAT_ID" and f"ffn_moe_ids_cold-{layer} " in line:
+            order["cold"].append(pos)
+    return order
+
+
+@pytest.mark.parametrize("policy", ["static", "decay"])
+def test_overlapped_branches_compute_bitwise_what_in_turn_computes(engine_variants, model_case, policy):
+    """--residency-branches overlap changes only the order of the split path's nodes: the cold inputs go to the CPU
+    before the GPU branch, the cold routes are computed after it. Same plan, routing and policy: the same tokens and
+    bitwise the same probabilities as in turn, and the graph the scheduler runs is ordered as the overlap needs."""
+    model, shape, trace, _, tmp = model_case
+    plan = tmp / "plan-overlap.json"
+    write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 5)))
+    pol = ("--residency-policy", policy) if policy != "static" else ()
+    outs, orders = {}, {}
+    for branches in ("inturn", "overlap"):
+        name = f"branches-{branches}-{policy}"
+        cfg = ServerConfig(binary=engine_variants["ostinato"] / "llama-server", model=model,
+                           args=["-c", "1024", "-t", "2", "-lv", "5", "--residency-plan", str(plan),
+                                 "--residency-upload-min", "4096", "--residency-branches", branches, *pol],
+                           log_path=tmp / f"server-{name}.log", startup_timeout_s=120, routing_dir=tmp,
+                           env={"GGML_SCHED_DEBUG": "2"})
+        with LlamaServer(cfg) as srv:
+            outs[branches] = _complete(srv, trace)
+        log = srv.log_tail(10**8)
+        assert ("overlap their branches" in log) == (branches == "overlap")
+        # a layer with some resident and some cold experts (the plan's first MoE layer is all resident, the second
+        # has nothing resident)
+        orders[branches] = _node_order(log, shape.moe_layers()[2])
+    assert outs["overlap"]["tokens"] == outs["inturn"]["tokens"]
+    assert np.array_equal(_probs(outs["overlap"]), _probs(outs["inturn"]))
+    seq, ovl = orders["inturn"], orders["overlap"]
+    assert seq["hot"] and seq["cold"] and not seq["cold_in"] and max(seq["hot"]) < min(seq["cold"])
+    assert len(ovl["cold_in"]) == 1 and ovl["cold_in"][0] < min(ovl["hot"]) and max(ovl["hot"]) < min(ovl["cold"])
+
+
+def test_branches_flag_is_checked(engine_variants, tiny_model, tmp_path):
+    for args, message in [(("--residency-branches", "both"), "--residency-branches must be 'inturn' or 'overlap', got 'both'"),
+                          (("--residency-branches", "overlap"), "--residency-branches overlap needs --residency-plan")]:
+        srv = _server(engine_variants["ostinato"], tiny_model, tmp_path, "bad-branches", *args)
+        with pytest.raises(ServerError):
+            srv.start()
+        assert message in (tmp_path / "server-bad-branches.log").read_text()
+
+
 def test_forced_tokens_come_back_with_a_plan(engine_variants, model_case):
     model, shape, trace, _, tmp = model_case
     plan = tmp / "plan-tokens.json"

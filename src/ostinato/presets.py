@@ -83,6 +83,24 @@ def _ostinato_native_prefill(budget: ExpertBudget, plan: str | None, upload_min:
         f"{OP_OFFLOAD_MIN_BATCH} tokens)")
 
 
+# the engine flag that overlaps a split-path pass's branches (engine/README.md, "Overlapped branches")
+OVERLAP_ARGS = ("--residency-branches", "overlap")
+
+
+def _ostinato_overlap(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    """`ostinato` with the split path's branches overlapped (the CPU's cold routes while the GPU's resident ones)."""
+    base = _ostinato(budget, plan, upload_min)
+    return EngineConfig("ostinato-overlap", "ostinato", base.server_args + OVERLAP_ARGS, {},
+                        base.description + "; a split-path pass computes its CPU branch while its GPU branch runs")
+
+
+def _ostinato_native_prefill_overlap(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    """Table 8's ablation step 4, "+ overlapped branches": native prefill, decode steps overlap their branches."""
+    base = _ostinato_native_prefill(budget, plan, upload_min)
+    return EngineConfig("ostinato-native-prefill-overlap", "ostinato", base.server_args + OVERLAP_ARGS, base.env,
+                        base.description + "; a decode step computes its CPU branch while its GPU branch runs")
+
+
 # The largest pass llama.cpp's expert cache serves (the paper, Section 2).
 CACHE_MAX_PASS = 32
 # An Np no forward pass reaches: every cold route on the CPU in every pass (KTransformers' placement).
@@ -127,6 +145,8 @@ PRESETS = {
     "llama.cpp-gpu-experts": _gpu_experts,
     "ostinato": _ostinato,
     "ostinato-native-prefill": _ostinato_native_prefill,
+    "ostinato-overlap": _ostinato_overlap,
+    "ostinato-native-prefill-overlap": _ostinato_native_prefill_overlap,
     "llama.cpp-expert-cache": _expert_cache,
     "buun": _buun,
     "ktransformers-placement": _ktransformers,
@@ -135,6 +155,8 @@ PRESETS = {
 PLAN_RULES = {
     "ostinato": "frequency",
     "ostinato-native-prefill": "frequency",
+    "ostinato-overlap": "frequency",
+    "ostinato-native-prefill-overlap": "frequency",
     "llama.cpp-expert-cache": "frequency",
     "buun": "frequency",
     "ktransformers-placement": "uniform",
@@ -155,7 +177,7 @@ def preset(name: str, budget: ExpertBudget, variant: str | None = None,
            plan: str | None = None, upload_min: int = UPLOAD_MIN) -> EngineConfig:
     """The named configuration for this budget; `variant`, extra flags and environment override or add.
 
-    `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato` only.
+    `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato` and `ostinato-overlap` only.
     ik_llama.cpp ports llama.cpp's expert cache (the paper, Section 2): its policy is `llama.cpp-expert-cache`.
     """
     if name not in PRESETS:

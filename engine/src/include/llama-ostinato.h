@@ -43,6 +43,15 @@ extern "C" {
             struct llama_model * model,
                           bool   native);
 
+    // Order of the split path's branches (engine/README.md, "Overlapped branches"): with overlap set, every pass that
+    // takes the split path first hands the cold routes' inputs to the CPU, then computes the resident routes on the
+    // pool's device, then the cold routes on the CPU, so that the backend scheduler runs the CPU branch while the GPU
+    // branch is still in flight; without it (the default) the CPU starts after the GPU branch. The arithmetic is the
+    // same either way. Returns 0, or -1 if the model has no plan.
+    LLAMA_API int32_t llama_model_residency_set_overlap(
+            struct llama_model * model,
+                          bool   overlap);
+
     // Expert policies on the pools (engine/README.md, "Expert policies"): STATIC keeps the plan's experts for the
     // whole run (Ostinato); LRU and DECAY are the baselines' caches, built on the same pools and tables. With LRU,
     // passes of at most max_pass tokens use the pool (each missing expert uploaded on demand, the least recently

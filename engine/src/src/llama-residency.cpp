@@ -519,6 +519,48 @@ static void residency_mark_skip(ggml_tensor * out, const ggml_tensor * ids, int 
     }
 }
 
+// whether t depends on `on` within a few ops (the walk of residency_mark_skip)
+static bool residency_depends_on(const ggml_tensor * t, const ggml_tensor * on, int depth, std::set<const ggml_tensor *> & seen) {
+    if (t == nullptr || depth > 12 || !seen.insert(t).second) {
+        return false;
+    }
+    if (t == on) {
+        return true;
+    }
+    for (int i = 0; i < GGML_MAX_SRC; ++i) {
+        if (residency_depends_on(t->src[i], on, depth + 1, seen)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// the inputs of the cold branch that come from outside it: the ids and what the marked MUL_MAT_IDs multiply that does
+// not itself depend on the ids (the FFN input; the down projection's input is computed inside the branch)
+static void residency_cold_inputs(ggml_tensor * out, const ggml_tensor * ids, int depth, std::set<ggml_tensor *> & seen,
+                                  std::vector<ggml_tensor *> & inputs) {
+    if (out == nullptr || out == ids || depth > 12 || !seen.insert(out).second) {
+        return;
+    }
+    if (out->op == GGML_OP_MUL_MAT_ID && out->src[2] == ids) {
+        std::set<const ggml_tensor *> seen_dep;
+        ggml_tensor * b = out->src[1];
+        if (!residency_depends_on(b, ids, 0, seen_dep) && std::find(inputs.begin(), inputs.end(), b) == inputs.end()) {
+            inputs.push_back(b);
+        }
+    }
+    for (int i = 0; i < GGML_MAX_SRC; ++i) {
+        residency_cold_inputs(out->src[i], ids, depth + 1, seen, inputs);
+    }
+}
+
+// the node that hands the cold branch's inputs to the CPU (overlapped branches): it computes nothing, but it is a
+// CPU-only op (GGML_OP_CUSTOM), so the scheduler copies its sources to the CPU when it reaches it, and the cold
+// branch, placed after the GPU branch in the graph, reads those copies without another copy or synchronization
+static void residency_cold_in(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) dst; (void) ith; (void) nth; (void) userdata;
+}
+
 // table lookup per route: flat index j*n_expert + e of every route -> [n_used, n_tokens] values of tab
 static ggml_tensor * residency_lookup(ggml_context * ctx0, ggml_tensor * tab, ggml_tensor * idx, int64_t n_used, int64_t n_tokens) {
     ggml_tensor * v = ggml_get_rows(ctx0, tab, idx); // [1, n_used*n_tokens]
@@ -602,6 +644,26 @@ ggml_tensor * llama_residency_build_moe(
         std::set<ggml_tensor *> seen;
         residency_mark_skip(out_cold, ids_cold, 0, seen);
         ggml_format_name(out_cold, "ffn_moe_cold-%d", il);
+        if (rsd->overlap) {
+            // overlapped branches: graph order [cold inputs to the CPU] [GPU branch] [CPU branch] [sum]. The scheduler
+            // launches a GPU split asynchronously, then computes the next CPU split on the host, so the CPU computes
+            // the cold routes while the GPU computes the resident ones; in turn (the default), the copy of the cold
+            // inputs at the start of the CPU split waits for the GPU branch to finish
+            std::vector<ggml_tensor *> in;
+            std::set<ggml_tensor *> seen_in;
+            residency_cold_inputs(out_cold, ids_cold, 0, seen_in, in);
+            in.push_back(ids_cold);
+            if ((int) in.size() <= GGML_MAX_SRC) {
+                ggml_tensor * cold_in = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, in.data(), (int) in.size(),
+                                                       residency_cold_in, 1, nullptr);
+                ggml_format_name(cold_in, "ffn_moe_cold_in-%d", il);
+                ggml_build_forward_expand(gf, cold_in);
+                ggml_build_forward_expand(gf, out_hot);
+            } else if (il == rsd->il_first) {
+                LLAMA_LOG_WARN("%s: the cold branch has %zu inputs (more than %d): its branches compute in turn\n",
+                               __func__, in.size(), GGML_MAX_SRC);
+            }
+        }
     } else {
         // upload path: the eval callback copies each distinct cold expert into the staging area once,
         // when the staging ids are computed; resident routes use the staging zero slot
@@ -871,6 +933,17 @@ int32_t llama_model_residency_set_prefill_native(struct llama_model * model, boo
     LLAMA_LOG_INFO("%s: %s\n", __func__, native
             ? "passes of more than one token take llama.cpp's native path (resident experts used by single-token passes only)"
             : "passes of more than one token take the split or upload path");
+    return 0;
+}
+
+int32_t llama_model_residency_set_overlap(struct llama_model * model, bool overlap) {
+    if (model->residency == nullptr) {
+        return -1;
+    }
+    model->residency->overlap = overlap;
+    LLAMA_LOG_INFO("%s: %s\n", __func__, overlap
+            ? "split-path passes overlap their branches (the CPU computes the cold routes while the GPU computes the resident ones)"
+            : "split-path passes compute their branches in turn (the GPU's, then the CPU's)");
     return 0;
 }
 

@@ -67,6 +67,7 @@ struct llama_residency {
     std::string path;
     uint32_t    n_upload_min = 512;   // Np
     bool        prefill_native = false; // ablation: passes of more than one token compute as stock (pools unused)
+    bool        overlap = false;        // split path: cold inputs to the CPU before the GPU branch, cold routes after it
     int         il_first = -1;          // first layer with a pool (where the native path logs its passes)
 
     std::vector<llama_residency_layer> layers; // per model layer

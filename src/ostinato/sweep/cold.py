@@ -60,7 +60,7 @@ def cold_routes_of(name: str, trace: RoutingTrace, shape: MoeShape, n_gpu_layers
         hot = plans[PLAN_RULES[name]][1]
     else:
         hot = none
-    native = name in ("llama.cpp-expert-cache", "buun", "ostinato-native-prefill")
+    native = name in ("llama.cpp-expert-cache", "buun", "ostinato-native-prefill", "ostinato-native-prefill-overlap")
     out = {"prefill": cold_per_token_layer(trace, none if native else hot, *prefill),
            "decode": cold_per_token_layer(trace, hot, *decode), "resident_experts": int(hot.sum())}
     if name in ("llama.cpp-expert-cache", "buun"):
