@@ -93,22 +93,27 @@ def test_pools_match_stock(engine_variants, model_case, upload_min, path, seed):
     np.testing.assert_allclose(_probs(out), _probs(ref), rtol=1e-4 if cpu else 1e-3, atol=1e-6 if cpu else 1e-3)
 
 
-def _node_order(log: str, layer: int) -> dict[str, list[int]]:
+def _node_order(log: str, layer: int) -> dict[str, list]:
     """Positions, in the scheduler's node list of the last graph the log prints (GGML_SCHED_DEBUG=2, -lv 5), of one layer's
-    node that hands the cold inputs to the CPU and of its MUL_MAT_IDs by branch (the ids they read)."""
+    node that hands the cold inputs to the CPU and of its MUL_MAT_IDs by branch (the ids they read); and, for each,
+    its split as (index, backend, inputs copied in at the split's start)."""
     graph = log.split("## SPLIT #0")[-1]
-    order: dict[str, list[int]] = {"cold_in": [], "hot": [], "cold": []}
+    order: dict[str, list] = {k: [] for k in ("cold_in", "hot", "cold", "cold_in_split", "hot_split", "cold_split")}
+    split = (0, *re.match(r":\s*(\S+) # (\d+) inputs", graph).groups())
     for line in graph.splitlines():
+        h = re.search(r"## SPLIT #(\d+): (\S+) # (\d+) inputs", line)
+        if h:
+            split = (int(h[1]), h[2], int(h[3]))
         m = re.search(r"node #\s*(\d+) \(\s*(\S+)\):\s*(\S+)", line)  # (after the log's timestamp)
         if not m:
             continue
         pos, op, name = int(m[1]), m[2], m[3]
-        if name == f"ffn_moe_cold_in-{layer}":
-            order["cold_in"].append(pos)
-        elif op == "MUL_MAT_ID" and f"ffn_moe_ids_hot-{layer} " in line:
-            order["hot"].append(pos)
-        elif op == "MUL_MAT_ID" and f"ffn_moe_ids_cold-{layer} " in line:
-            order["cold"].append(pos)
+        kind = ("cold_in" if name == f"ffn_moe_cold_in-{layer}" else
+                "hot" if op == "MUL_MAT_ID" and f"ffn_moe_ids_hot-{layer} " in line else
+                "cold" if op == "MUL_MAT_ID" and f"ffn_moe_ids_cold-{layer} " in line else None)
+        if kind:
+            order[kind].append(pos)
+            order[f"{kind}_split"].append((split[0], split[1], int(split[2])))
     return order
 
 
@@ -141,6 +146,16 @@ def test_overlapped_branches_compute_bitwise_what_in_turn_computes(engine_varian
     seq, ovl = orders["inturn"], orders["overlap"]
     assert seq["hot"] and seq["cold"] and not seq["cold_in"] and max(seq["hot"]) < min(seq["cold"])
     assert len(ovl["cold_in"]) == 1 and ovl["cold_in"][0] < min(ovl["hot"]) and max(ovl["hot"]) < min(ovl["cold"])
+    if any(b != "CPU" for _, b, _ in ovl["hot_split"]):
+        # a GPU build: the GPU branch is a split of its own between the CPU split that copies the cold inputs in and
+        # the CPU split of the cold routes, which copies nothing (so nothing waits for the GPU before it computes)
+        (ci, ci_b, ci_n), = set(ovl["cold_in_split"])
+        (c, c_b, c_n), = set(ovl["cold_split"])
+        assert ci_b == c_b == "CPU" and ci_n >= 1 and c_n == 0, ovl
+        assert all(ci < h < c and b != "CPU" for h, b, _ in ovl["hot_split"]), ovl
+        # in turn, the cold routes' split copies its inputs in: it starts after the GPU branch has finished
+        (c, c_b, c_n), = set(seq["cold_split"])
+        assert c_b == "CPU" and c_n >= 1, seq
 
 
 def test_branches_flag_is_checked(engine_variants, tiny_model, tmp_path):
