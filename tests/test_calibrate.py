@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import json
 from pathlib import Path
 
@@ -81,6 +82,37 @@ def test_profile_and_sim_params_load(tmp_path: Path) -> None:
     assert sp.decode_other_ms == pytest.approx(10.4 - 2 * (c.gamma0_ms + c.gpu_branch_ms))
 
 
+def _timers(gamma0: float, alpha: float, beta: float, g: dict[int, float], k: int) -> pd.DataFrame:
+    """Decode-step timings as the engine gives them: for each r and layer, three steps with C(r) and G_layer."""
+    rows = [{"rep": rep, "r": r, "pass": 1, "layer": layer, "n_tokens": 1, "n_cold": r,
+             "gpu_ms": g[layer] + 0.001 * step, "cpu_ms": (gamma0 if r == 0 else alpha + beta * r) + 0.001 * (step - 1)}
+            for rep in range(2) for r in range(k + 1) for layer in g for step in range(3)]
+    return pd.DataFrame(rows)
+
+
+def test_engine_timers_give_gamma0_alpha_beta_and_g() -> None:
+    """With the engine's timings the profile takes every decode constant from them, and nothing from the base."""
+    timers = _timers(0.12, 0.14, 0.18, {1: 0.13, 2: 0.15}, 4)
+    f = fit_calibration(_rows(2, 4), upload_passes(""), 2, 4, expert_bytes=1000, timers=timers)
+    assert f.timed and f.engine_timed_steps == len(timers)
+    assert (f.engine_gamma0_ms, f.engine_alpha_ms, f.engine_beta_ms) == (pytest.approx(0.12), pytest.approx(0.14),
+                                                                         pytest.approx(0.18))
+    assert f.engine_gpu_branch_ms == pytest.approx(0.141) and f.engine_gpu_branch_ms_range == (
+        pytest.approx(0.131), pytest.approx(0.151))
+    base = load_profile("paper-4x4090d").model("deepseek-v4-flash")
+    doc = profile_doc(f, base, "paper-4x4090d", SHAPE, "toy", {"name": "m1"}, "m1", 512)
+    c = profile_from_dict(doc).model("toy").classes[0].costs
+    assert (c.gamma0_ms, c.alpha_ms, c.beta_ms, c.gpu_branch_ms) == (pytest.approx(0.12), pytest.approx(0.14),
+                                                                     pytest.approx(0.18), pytest.approx(0.141))
+    assert doc["models"]["toy"]["calibration"]["from_profile"]["keys"] == [] and "engine's timers" in doc["source"]
+    sp = sim_params_doc(f, base, 512, 512)
+    assert sp["decode_other_ms"] == pytest.approx(10.4 - 2 * (0.12 + 0.141))
+    yaml.safe_dump(doc)  # the profile's fit block is plain data
+    # timings without two r >= 1 (or none) give nothing: the base profile's gamma0 and G, as without timers
+    assert not fit_calibration(_rows(2, 4), upload_passes(""), 2, 4, 1000, timers[timers["n_cold"] <= 1]).timed
+    assert not fit_calibration(_rows(2, 4), upload_passes(""), 2, 4, 1000, timers.iloc[0:0]).timed
+
+
 def test_calibrate_cli_on_the_cpu_build(engine_variants: dict[str, Path], tiny_v4_model: Path,
                                         llama_tree: Path, tmp_path: Path) -> None:
     from ostinato.calibrate import cli as calibrate_cli
@@ -102,6 +134,13 @@ def test_calibrate_cli_on_the_cpu_build(engine_variants: dict[str, Path], tiny_v
     assert len(ups) == 5 and sorted(ups["experts"]) == [0, 32, 32, 32, 32]
     fit = json.loads((out / "fit.json").read_text())
     assert set(fit["tpot_ms"]) == {"0", "1", "2", "3", "4"} and fit["n_upload_passes"] == 5
+    # the engine's timers: every decode step of every MoE layer, with exactly the forced r cold routes
+    timers = pd.read_csv(out / "timers.csv")
+    assert timers["layer"].nunique() == 4
+    assert (timers["n_cold"] == timers["r"]).all() and (timers["n_tokens"] == 1).all()
+    assert len(timers) == 5 * 4 * (8 - 1)  # r = 0..4, 4 MoE layers, a decode step per forced token but the last
+    assert fit["engine_timed_steps"] == len(timers) and math.isfinite(fit["engine_beta_ms"])
     prof = load_profile(out / "profile.yaml")
     assert prof.name == "ci" and prof.model("tiny-v4").n_moe_layer == 4
+    assert prof.model("tiny-v4").extra["calibration"]["from_profile"]["keys"] == []
     assert load_sim_params(out / "sim-params.yaml").upload_min == 512

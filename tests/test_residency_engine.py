@@ -158,6 +158,76 @@ def test_overlapped_branches_compute_bitwise_what_in_turn_computes(engine_varian
         assert c_b == "CPU" and c_n >= 1, seq
 
 
+def _timings(srv: LlamaServer, after_pass: int = 0) -> dict:
+    r = srv.client.get(f"{srv.base_url}/residency", params={"after_pass": after_pass})
+    r.raise_for_status()
+    return r.json()
+
+
+def test_timers_time_each_branch_and_count_every_layers_cold_routes(engine_variants, model_case):
+    """--residency-timers: every split-path pass gives, per layer with a pool, the times of its two branches and its
+    cold routes at GET /residency. The cold routes are exactly those of the forced routing outside the plan (prompt and
+    decode steps, position by position), the outputs bitwise those of the untimed engine, and without the flag the
+    server says it has no timers."""
+    from ostinato.routing.trace import read_trace
+
+    model, shape, trace, _, tmp = model_case
+    hot = _random_plan(shape, 6)
+    plan = tmp / "plan-timers.json"
+    write_plan(plan, single_gpu_plan(shape, hot))
+    ids = read_trace(trace).ids  # [position, layer, k]
+    outs = {}
+    for timed in (False, True):
+        with _server(engine_variants["ostinato"], model, tmp, f"timers-{timed}", "--residency-plan", str(plan),
+                     "--residency-upload-min", "4096", *(("--residency-timers",) if timed else ())) as srv:
+            before = _timings(srv)
+            assert before["timers"] == timed and before["n_resident"] == int(hot.sum())
+            last = max([t["pass"] for t in before["timings"]], default=0)  # the start-up warm-up's passes
+            outs[timed] = _complete(srv, trace)
+            got = _timings(srv, last)  # (the server answers after the request's last pass)
+        if not timed:
+            assert got["timings"] == []
+            continue
+        passes = sorted({t["pass"] for t in got["timings"]})
+        layers = [l for l in shape.moe_layers()]
+        pos = 0
+        for p in passes:
+            rows = {t["layer"]: t for t in got["timings"] if t["pass"] == p}
+            assert sum(t["pass"] == p for t in got["timings"]) == len(rows)  # one timing per layer and pass
+            assert sorted(rows) == layers, (p, [(t['pass'], t['layer'], t['n_tokens']) for t in got['timings']])
+            n = rows[layers[0]]["n_tokens"]
+            for l, t in rows.items():
+                # the last layer computes the output rows only: the pass's last position (llama.cpp's inp_out_ids)
+                m = t["n_tokens"] if l == layers[-1] else n
+                expect = int((~hot[l][ids[pos + n - m:pos + n, l].astype(np.int64)]).sum())
+                assert (t["n_tokens"], t["n_cold"]) == (m, expect), (p, l, pos)
+                assert t["gpu_ms"] >= 0 and t["cpu_ms"] >= 0
+            pos += n
+        # the prompt, then one pass per generated token but the last
+        assert pos == len(PROMPT) + N_PREDICT - 1
+    assert outs[True]["tokens"] == outs[False]["tokens"]
+    assert np.array_equal(_probs(outs[True]), _probs(outs[False]))
+
+
+def test_residency_endpoint_refuses_bad_queries_and_servers_without_a_plan(engine_variants, tiny_model, llama_tree,
+                                                                          tmp_path):
+    shape = moe_shape_from_gguf(tiny_model, llama_tree)
+    plan = tmp_path / "plan.json"
+    write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 1)))
+    with _server(engine_variants["ostinato"], tiny_model, tmp_path, "endpoint", "--residency-plan", str(plan)) as srv:
+        for bad in ("-1", "x", "1e3", "", "99999999999999999999999"):
+            r = srv.client.get(f"{srv.base_url}/residency", params={"after_pass": bad})
+            assert r.status_code == 400 and "after_pass" in r.json()["error"]["message"], (bad, r.text)
+        assert srv.client.get(f"{srv.base_url}/health").status_code == 200
+    with _server(engine_variants["ostinato"], tiny_model, tmp_path, "no-plan") as srv:
+        r = srv.client.get(f"{srv.base_url}/residency")
+        assert r.status_code == 501 and "--residency-plan" in r.json()["error"]["message"]
+    srv = _server(engine_variants["ostinato"], tiny_model, tmp_path, "bad-timers", "--residency-timers")
+    with pytest.raises(ServerError):
+        srv.start()
+    assert "--residency-timers needs --residency-plan" in (tmp_path / "server-bad-timers.log").read_text()
+
+
 def test_branches_flag_is_checked(engine_variants, tiny_model, tmp_path):
     for args, message in [(("--residency-branches", "both"), "--residency-branches must be 'inturn' or 'overlap', got 'both'"),
                           (("--residency-branches", "overlap"), "--residency-branches overlap needs --residency-plan")]:

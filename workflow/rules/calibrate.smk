@@ -14,6 +14,7 @@ rule calibrate:
         sim_params="results/calibrate/sim-params.yaml",
         fit="results/calibrate/fit.json",
         rows="results/calibrate/rows.csv",
+        timers="results/calibrate/timers.csv",
         uploads="results/calibrate/uploads.csv",
     log:
         "results/calibrate/calibrate.log",

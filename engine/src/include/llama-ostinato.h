@@ -52,6 +52,33 @@ extern "C" {
             struct llama_model * model,
                           bool   overlap);
 
+    // In-engine timers of the split path's branches (engine/README.md, "In-engine timers"). With timers on, every pass
+    // that takes the split path measures, for each MoE layer with a pool, the time of its GPU branch (from when the
+    // cold routes' inputs are on the CPU and the GPU is idle until a value of the GPU branch's output is on the CPU)
+    // and of its CPU branch (from then until the CPU's cold routes are computed), and counts the layer's cold routes;
+    // the two branches then run one after the other. Set it before creating contexts (their graphs hold the timers).
+    // Returns 0, or -1 if the model has no plan.
+    LLAMA_API int32_t llama_model_residency_set_timers(
+            struct llama_model * model,
+                          bool   on);
+
+    struct llama_residency_timing {
+        uint64_t pass;     // the timed pass, counted from 1 since the timers were turned on
+        int32_t  layer;
+        int32_t  n_tokens; // tokens of the pass
+        int32_t  n_cold;   // cold routes of the layer in the pass (computed by the CPU branch)
+        double   gpu_ms;   // the GPU branch
+        double   cpu_ms;   // the CPU branch
+    };
+
+    // the newest timings (at most the last 262,144) of passes after `after_pass`, oldest first, at most n_max of them;
+    // returns how many were written, or -1 without a plan or timers
+    LLAMA_API int32_t llama_model_residency_timings(
+            const struct llama_model * model,
+                            uint64_t   after_pass,
+            struct llama_residency_timing * out,
+                             int32_t   n_max);
+
     // Expert policies on the pools (engine/README.md, "Expert policies"): STATIC keeps the plan's experts for the
     // whole run (Ostinato); LRU and DECAY are the baselines' caches, built on the same pools and tables. With LRU,
     // passes of at most max_pass tokens use the pool (each missing expert uploaded on demand, the least recently

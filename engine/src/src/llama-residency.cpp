@@ -561,6 +561,65 @@ static void residency_cold_in(ggml_tensor * dst, int ith, int nth, void * userda
     (void) dst; (void) ith; (void) nth; (void) userdata;
 }
 
+// the timers' nodes (CPU-only GGML_OP_CUSTOM nodes; every thread of the CPU backend calls them, thread 0 stamps):
+// the first takes the cold inputs and ids (their
+// copies on the CPU, after the scheduler waited for the GPU), the second a value of the GPU branch's output (the
+// scheduler waits for the GPU branch to copy it), the third the CPU branch's output
+static void residency_timer_start(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) nth;
+    if (ith != 0) {
+        return;
+    }
+    auto * s = (llama_residency_timer_slot *) userdata;
+    const ggml_tensor * ids = nullptr;
+    for (int i = 0; i < GGML_MAX_SRC && dst->src[i] != nullptr; ++i) {
+        ids = dst->src[i]; // the last source: the cold ids, I32 [n_used, n_tokens], -1 for a resident route
+    }
+    int32_t n_cold = 0;
+    for (int64_t t = 0; t < ids->ne[1]; ++t) {
+        const int32_t * row = (const int32_t *) ((const char *) ids->data + t*ids->nb[1]);
+        for (int64_t j = 0; j < ids->ne[0]; ++j) {
+            n_cold += row[j] >= 0;
+        }
+    }
+    if (s->layer == s->owner->layer_first) {
+        std::lock_guard<std::mutex> lock(s->owner->mutex);
+        s->owner->n_pass++;
+    }
+    s->pass     = s->owner->n_pass;
+    s->n_cold   = n_cold;
+    s->n_tokens = (int32_t) ids->ne[1];
+    s->t0_us    = ggml_time_us();
+}
+
+static void residency_timer_gpu_done(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) dst; (void) nth;
+    if (ith == 0) {
+        ((llama_residency_timer_slot *) userdata)->t1_us = ggml_time_us();
+    }
+}
+
+static void residency_timer_cpu_done(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) dst; (void) nth;
+    if (ith != 0) {
+        return;
+    }
+    const int64_t t2_us = ggml_time_us();
+    auto * s = (llama_residency_timer_slot *) userdata;
+    llama_residency_timing r = {};
+    r.pass     = s->pass;
+    r.layer    = s->layer;
+    r.n_tokens = s->n_tokens;
+    r.n_cold   = s->n_cold;
+    r.gpu_ms   = (s->t1_us - s->t0_us) / 1e3;
+    r.cpu_ms   = (t2_us - s->t1_us) / 1e3;
+    std::lock_guard<std::mutex> lock(s->owner->mutex);
+    s->owner->records.push_back(r);
+    if (s->owner->records.size() > llama_residency_timers::n_keep) {
+        s->owner->records.pop_front();
+    }
+}
+
 // table lookup per route: flat index j*n_expert + e of every route -> [n_used, n_tokens] values of tab
 static ggml_tensor * residency_lookup(ggml_context * ctx0, ggml_tensor * tab, ggml_tensor * idx, int64_t n_used, int64_t n_tokens) {
     ggml_tensor * v = ggml_get_rows(ctx0, tab, idx); // [1, n_used*n_tokens]
@@ -644,21 +703,35 @@ ggml_tensor * llama_residency_build_moe(
         std::set<ggml_tensor *> seen;
         residency_mark_skip(out_cold, ids_cold, 0, seen);
         ggml_format_name(out_cold, "ffn_moe_cold-%d", il);
-        if (rsd->overlap) {
+        llama_residency_timer_slot * slot = rsd->timers ? &rsd->timers->slots[il] : nullptr;
+        if (rsd->overlap || slot != nullptr) {
             // overlapped branches: graph order [cold inputs to the CPU] [GPU branch] [CPU branch] [sum]. The scheduler
             // launches a GPU split asynchronously, then computes the next CPU split on the host, so the CPU computes
             // the cold routes while the GPU computes the resident ones; in turn (the default), the copy of the cold
-            // inputs at the start of the CPU split waits for the GPU branch to finish
+            // inputs at the start of the CPU split waits for the GPU branch to finish.
+            // timers: [cold inputs to the CPU, t0] [GPU branch] [a value of its output to the CPU, t1] [CPU branch, t2]
             std::vector<ggml_tensor *> in;
             std::set<ggml_tensor *> seen_in;
             residency_cold_inputs(out_cold, ids_cold, 0, seen_in, in);
             in.push_back(ids_cold);
             if ((int) in.size() <= GGML_MAX_SRC) {
                 ggml_tensor * cold_in = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, in.data(), (int) in.size(),
-                                                       residency_cold_in, 1, nullptr);
+                                                       slot ? residency_timer_start : residency_cold_in, 1, slot);
                 ggml_format_name(cold_in, "ffn_moe_cold_in-%d", il);
                 ggml_build_forward_expand(gf, cold_in);
                 ggml_build_forward_expand(gf, out_hot);
+                if (slot != nullptr) {
+                    ggml_tensor * hot_1 = ggml_view_1d(ctx0, out_hot, 1, 0);
+                    ggml_tensor * hot_done = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, &hot_1, 1,
+                                                            residency_timer_gpu_done, 1, slot);
+                    ggml_format_name(hot_done, "ffn_moe_hot_done-%d", il);
+                    ggml_build_forward_expand(gf, hot_done);
+                    ggml_build_forward_expand(gf, out_cold);
+                    ggml_tensor * cold_done = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, &out_cold, 1,
+                                                             residency_timer_cpu_done, 1, slot);
+                    ggml_format_name(cold_done, "ffn_moe_cold_done-%d", il);
+                    ggml_build_forward_expand(gf, cold_done);
+                }
             } else if (il == rsd->il_first) {
                 LLAMA_LOG_WARN("%s: the cold branch has %zu inputs (more than %d): its branches compute in turn\n",
                                __func__, in.size(), GGML_MAX_SRC);
@@ -945,6 +1018,47 @@ int32_t llama_model_residency_set_overlap(struct llama_model * model, bool overl
             ? "split-path passes overlap their branches (the CPU computes the cold routes while the GPU computes the resident ones)"
             : "split-path passes compute their branches in turn (the GPU's, then the CPU's)");
     return 0;
+}
+
+int32_t llama_model_residency_set_timers(struct llama_model * model, bool on) {
+    if (model->residency == nullptr) {
+        return -1;
+    }
+    auto & rsd = *model->residency;
+    if (on == (rsd.timers != nullptr)) {
+        return 0;
+    }
+    if (!on) {
+        rsd.timers.reset(); // (the graphs built since they were turned on point to their slots: before any context)
+        return 0;
+    }
+    auto t = std::make_unique<llama_residency_timers>();
+    t->slots.resize(rsd.layers.size());
+    for (size_t il = 0; il < rsd.layers.size(); ++il) {
+        t->slots[il].owner = t.get();
+        t->slots[il].layer = (int) il;
+    }
+    t->layer_first = rsd.il_first;
+    rsd.timers = std::move(t);
+    LLAMA_LOG_INFO("%s: split-path passes time their GPU and CPU branches per layer (the branches run one after the other)\n", __func__);
+    return 0;
+}
+
+int32_t llama_model_residency_timings(const struct llama_model * model, uint64_t after_pass,
+                                      struct llama_residency_timing * out, int32_t n_max) {
+    if (model->residency == nullptr || model->residency->timers == nullptr || n_max < 0) {
+        return -1;
+    }
+    auto & t = *model->residency->timers;
+    std::lock_guard<std::mutex> lock(t.mutex);
+    // records are in pass order: the first one after `after_pass`
+    auto it = std::upper_bound(t.records.begin(), t.records.end(), after_pass,
+                               [](uint64_t p, const llama_residency_timing & r) { return p < r.pass; });
+    int32_t n = 0;
+    for (; it != t.records.end() && n < n_max; ++it) {
+        out[n++] = *it;
+    }
+    return n;
 }
 
 struct llama_residency_policy_params llama_residency_policy_default_params(void) {

@@ -22,6 +22,10 @@
 struct llama_model;
 
 #include "llama-residency-policy.h"
+#include "llama-ostinato.h"
+
+#include <deque>
+#include <mutex>
 
 #include "ggml-ostinato.h" // GGML_MUL_MAT_ID_SKIP: the op_params index that marks a MUL_MAT_ID whose negative ids are skipped
 
@@ -61,6 +65,31 @@ struct llama_residency_layer {
     ggml_tensor * tab_stage = nullptr; // the expert if cold, else staging zero slot j
 };
 
+// the in-engine timers (--residency-timers): CPU nodes around a split-path layer's branches stamp the times in the
+// layer's slot (the graph's nodes point to it), the last one appends the layer's timing
+struct llama_residency_timers;
+
+struct llama_residency_timer_slot {
+    llama_residency_timers * owner = nullptr;
+    int      layer    = -1;
+    int64_t  t0_us    = 0; // the cold inputs are on the CPU and the GPU is idle: the GPU branch starts
+    int64_t  t1_us    = 0; // the GPU branch's output has reached the CPU: the CPU branch starts
+    int32_t  n_cold   = 0;
+    int32_t  n_tokens = 0;
+    uint64_t pass     = 0;
+};
+
+struct llama_residency_timers {
+    static constexpr size_t n_keep = 262144; // timings kept (the oldest dropped)
+
+    std::vector<llama_residency_timer_slot> slots; // per model layer
+    int layer_first = -1;                          // a pass starts at this layer's first node
+
+    std::mutex mutex;                              // records and n_pass: read by other threads (the server's /residency)
+    std::deque<llama_residency_timing> records;
+    uint64_t n_pass = 0;
+};
+
 struct llama_residency {
     ~llama_residency();
 
@@ -68,6 +97,7 @@ struct llama_residency {
     uint32_t    n_upload_min = 512;   // Np
     bool        prefill_native = false; // ablation: passes of more than one token compute as stock (pools unused)
     bool        overlap = false;        // split path: cold inputs to the CPU before the GPU branch, cold routes after it
+    std::unique_ptr<llama_residency_timers> timers; // --residency-timers; null: off
     int         il_first = -1;          // first layer with a pool (where the native path logs its passes)
 
     std::vector<llama_residency_layer> layers; // per model layer

@@ -15,7 +15,8 @@ import yaml
 from ostinato.args import int_list
 from ostinato.atomic import atomic_open
 from ostinato.calibrate.fit import fit_calibration, profile_doc, sim_params_doc
-from ostinato.calibrate.run import CalibrationPlan, CalibrationRow, cold_route_trace, run_calibration, upload_passes
+from ostinato.calibrate.run import (TIMER_COLUMNS, CalibrationPlan, CalibrationRow, cold_route_trace, run_calibration,
+                                    upload_passes)
 from ostinato.costmodel.params import load_profile
 from ostinato.models.gguf_shape import MoeShape, moe_shape_from_gguf
 from ostinato.presets import RESIDENT_SHARE, UPLOAD_MIN, preset
@@ -25,7 +26,7 @@ from ostinato.routing.trace import write_trace
 
 
 def _measure(args: argparse.Namespace, out: Path) -> tuple[MoeShape, dict]:
-    """Run the calibration requests; write rows.csv, uploads.csv, plan.json and server.log into `out`."""
+    """Run the calibration requests; write rows.csv, timers.csv, uploads.csv, plan.json and server.log into `out`."""
     model = Path(args.model)
     shape = moe_shape_from_gguf(model, args.llama_tree)
     k, e = shape.n_expert_used, shape.n_expert
@@ -51,18 +52,23 @@ def _measure(args: argparse.Namespace, out: Path) -> tuple[MoeShape, dict]:
 
     budget = expert_budget_from_shape(shape, int(hot.sum()) * int(max(shape.expert_bytes)))
     cfg = preset("ostinato", budget, plan=str(plan_path), upload_min=args.upload_min)
-    common = ("-c", str(args.ctx), "-t", str(args.threads), "-fa", "on", "-fit", "off", "-lv", "4", *args.server_arg)
+    # --residency-timers: the engine times its branches (GET /residency), which gives gamma0, alpha, beta and G
+    common = ("-c", str(args.ctx), "-t", str(args.threads), "-fa", "on", "-fit", "off", "-lv", "4",
+              "--residency-timers", *args.server_arg)
     log_path = out / "server.log"
 
     def progress(row: CalibrationRow) -> None:
         print(f"[calibrate] {row.what} r={row.r} n={row.n_new} rep={row.rep}: prompt {row.prompt_ms} ms, "
               f"{row.predicted_per_token_ms} ms/token {row.error}", file=sys.stderr, flush=True)
 
+    timings: list[dict] = []
     rows = run_calibration(cfg, Path(args.variants_dir) / cfg.variant / "bin" / "llama-server", model, plan, traces,
-                           log_path, common, progress=None if args.no_progress else progress)
+                           log_path, common, progress=None if args.no_progress else progress, timings=timings)
     df = pd.DataFrame([r.__dict__ for r in rows])
     with atomic_open(out / "rows.csv", "w") as f:
         df.to_csv(f, index=False)
+    with atomic_open(out / "timers.csv", "w") as f:
+        pd.DataFrame(timings, columns=TIMER_COLUMNS).to_csv(f, index=False)
     failed = df[df["error"].fillna("") != ""]
     if len(failed):
         raise RuntimeError(f"{len(failed)} calibration requests failed, first: {failed['error'].iloc[0]} "
@@ -95,8 +101,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         if not (args.model and args.llama_tree and args.variants_dir and args.machine):
             raise ValueError("calibrate needs --model, --llama-tree, --variants-dir and --machine (or --refit)")
         shape, machine = _measure(args, out)
+    timers = pd.read_csv(out / "timers.csv") if (out / "timers.csv").is_file() else None  # (runs before the timers)
     fit = fit_calibration(pd.read_csv(out / "rows.csv"), pd.read_csv(out / "uploads.csv"), len(shape.moe_layers()),
-                          shape.n_expert_used, float(max(shape.expert_bytes)))
+                          shape.n_expert_used, float(max(shape.expert_bytes)), timers)
     base = load_profile(args.base_profile).model(args.base_model)
     name = args.profile_name or machine.get("name") or args.machine
     with atomic_open(out / "profile.yaml", "w") as f:
@@ -140,6 +147,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--server-arg", action="append", default=[], help="extra llama-server argument (repeat)")
     c.add_argument("--out", required=True,
-                   help="directory: rows.csv, uploads.csv, fit.json, profile.yaml, sim-params.yaml, plan.json, server.log")
+                   help="directory: rows.csv, timers.csv, uploads.csv, fit.json, profile.yaml, sim-params.yaml, plan.json, "
+                        "server.log")
     c.add_argument("--no-progress", action="store_true")
     c.set_defaults(func=_cmd_calibrate)

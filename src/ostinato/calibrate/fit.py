@@ -32,17 +32,51 @@ class CalibrationFit:
     upload_latency_ms: float             # per upload pass, whatever it copies
     upload_expert_ms: float              # the copy of one expert of the model's size inside a pass (no latency)
     n_upload_passes: int
+    # from the engine's timers (nan when the server did not time its branches): per MoE layer and decode step
+    engine_gamma0_ms: float = float("nan")        # the CPU branch at r = 0
+    engine_alpha_ms: float = float("nan")         # C(r) = alpha + beta r for r >= 1 (least squares over r)
+    engine_beta_ms: float = float("nan")
+    engine_gpu_branch_ms: float = float("nan")    # G: the GPU branch (median over steps and layers)
+    engine_gpu_branch_ms_range: tuple[float, float] = (float("nan"), float("nan"))  # per-layer medians
+    engine_timed_steps: int = 0                   # (step, layer) timings used
+
+    @property
+    def timed(self) -> bool:
+        """Whether the engine's timers gave gamma0, alpha, beta and G."""
+        return self.engine_timed_steps > 0 and bool(np.isfinite(self.engine_beta_ms))
 
     def to_dict(self) -> dict:
         """Plain mapping (JSON)."""
         d = asdict(self)
         d["tpot_ms"] = {int(k): float(v) for k, v in self.tpot_ms.items()}
+        d["engine_gpu_branch_ms_range"] = [float(v) for v in self.engine_gpu_branch_ms_range]
         return d
 
 
+def fit_engine_timers(timers: pd.DataFrame | None) -> dict:
+    """gamma0, alpha, beta and G from the engine's decode-step timings (`run_calibration`'s `timings`: columns rep, r,
+    layer, n_cold, gpu_ms, cpu_ms): C(n_cold) is the median CPU branch time at each number of cold routes of a layer,
+    gamma0 = C(0), alpha and beta the line through C(r) over r >= 1, G the median GPU branch time. Empty when the
+    timings cannot give them (no timings, or fewer than two r >= 1)."""
+    if timers is None or not len(timers):
+        return {}
+    t = timers[timers["rep"] >= 0]
+    c = t.groupby("n_cold")["cpu_ms"].median()
+    if 0 not in c.index or (c.index >= 1).sum() < 2:
+        return {}
+    cold = c[c.index >= 1]
+    lr = stats.linregress(cold.index.to_numpy(dtype=float), cold.to_numpy())
+    per_layer = t.groupby("layer")["gpu_ms"].median()
+    return {"engine_gamma0_ms": float(c[0]), "engine_alpha_ms": float(lr.intercept), "engine_beta_ms": float(lr.slope),
+            "engine_gpu_branch_ms": float(t["gpu_ms"].median()),
+            "engine_gpu_branch_ms_range": (float(per_layer.min()), float(per_layer.max())),
+            "engine_timed_steps": int(len(t))}
+
+
 def fit_calibration(rows: pd.DataFrame, uploads: pd.DataFrame, n_moe_layer: int, k: int,
-                    expert_bytes: float) -> CalibrationFit:
-    """Fit the calibration constants from the rows of `run_calibration` and the upload passes of its log."""
+                    expert_bytes: float, timers: pd.DataFrame | None = None) -> CalibrationFit:
+    """Fit the calibration constants from the rows of `run_calibration`, the upload passes of its log and, when the
+    server timed its branches, the engine's decode-step timings."""
     err = rows["error"]  # NaN (all float when no row failed) or "" means no error
     ok = rows[(err.isna() | (err.astype(str) == "")) & (rows["rep"] >= 0)]
     dec = ok[ok["what"] == "decode"].groupby("r")["predicted_per_token_ms"].median()
@@ -73,7 +107,8 @@ def fit_calibration(rows: pd.DataFrame, uploads: pd.DataFrame, n_moe_layer: int,
         bpm = lat = one = float("nan")
     return CalibrationFit(n_moe_layer, k, {int(r): float(v) for r, v in dec.items()}, float(lr.slope),
                           float(lr.intercept), resid, float(lb.intercept), float(lb.slope), float(ls.intercept),
-                          float(ls.slope), float(bpm), float(lat), float(one), int(len(uploads)))
+                          float(ls.slope), float(bpm), float(lat), float(one), int(len(uploads)),
+                          **fit_engine_timers(timers))
 
 
 def profile_doc(fit: CalibrationFit, base: ModelCosts, base_name: str, shape: MoeShape, model_name: str,
@@ -87,13 +122,21 @@ def profile_doc(fit: CalibrationFit, base: ModelCosts, base_name: str, shape: Mo
     sizes: dict[int, int] = {}
     for il in moe:
         sizes[int(shape.expert_bytes[il])] = sizes.get(int(shape.expert_bytes[il]), 0) + 1
-    classes = [{"name": f"{nbytes}B", "expert_bytes": nbytes, "n_layer": n, "gamma0_ms": b.gamma0_ms,
-                "alpha_ms": b.gamma0_ms + fit.alpha_minus_gamma0_ms, "beta_ms": fit.beta_ms,
-                "gpu_branch_ms": b.gpu_branch_ms} for nbytes, n in sizes.items()]
+    if fit.timed:  # the engine's timers: every decode constant measured in-engine
+        g0, alpha, beta, g = fit.engine_gamma0_ms, fit.engine_alpha_ms, fit.engine_beta_ms, fit.engine_gpu_branch_ms
+        measured = ["gamma0_ms, alpha_ms, beta_ms and gpu_branch_ms (the engine's timers of its decode steps)"]
+        from_profile: dict = {"profile": base_name, "keys": []}
+        source = "gamma0, alpha, beta and G from the engine's timers"
+    else:
+        g0, alpha, beta, g = b.gamma0_ms, b.gamma0_ms + fit.alpha_minus_gamma0_ms, fit.beta_ms, b.gpu_branch_ms
+        measured = ["beta_ms", "alpha_ms - gamma0_ms"]
+        from_profile = {"profile": base_name, "keys": ["gamma0_ms", "gpu_branch_ms"]}
+        source = f"gamma0 and G from profile {base_name}"
+    classes = [{"name": f"{nbytes}B", "expert_bytes": nbytes, "n_layer": n, "gamma0_ms": g0, "alpha_ms": alpha,
+                "beta_ms": beta, "gpu_branch_ms": g} for nbytes, n in sizes.items()]
     return {
         "format": "ostinato-profile", "version": 1, "name": name,
-        "source": f"ostinato calibrate on {machine.get('name', 'this machine')}; "
-                  f"gamma0 and G from profile {base_name}",
+        "source": f"ostinato calibrate on {machine.get('name', 'this machine')}; {source}",
         "machine": machine,
         "models": {model_name: {
             "n_moe_layer": len(moe), "n_expert": shape.n_expert, "n_expert_used": shape.n_expert_used,
@@ -102,10 +145,10 @@ def profile_doc(fit: CalibrationFit, base: ModelCosts, base_name: str, shape: Mo
                        "pass_ms": fit.upload_latency_ms},
             "cpu_token_expert_ms": fit.cpu_route_ms, "upload_min": upload_min,
             "calibration": {
-                "measured": ["beta_ms", "alpha_ms - gamma0_ms", "cpu_token_expert_ms (a cold route on the CPU "
-                             "less its GPU cost)", "upload.expert_ms_idle (one expert's copy)",
-                             "upload.pass_ms (the latency of a pass)"],
-                "from_profile": {"profile": base_name, "keys": ["gamma0_ms", "gpu_branch_ms"]},
+                "measured": measured + ["cpu_token_expert_ms (a cold route on the CPU less its GPU cost)",
+                                        "upload.expert_ms_idle (one expert's copy)",
+                                        "upload.pass_ms (the latency of a pass)"],
+                "from_profile": from_profile,
                 "not_measured": ["upload.expert_ms_loaded (set to the idle time: uploads were not timed under "
                                  "CPU load)"],
                 "fit": fit.to_dict()},
@@ -114,10 +157,12 @@ def profile_doc(fit: CalibrationFit, base: ModelCosts, base_name: str, shape: Mo
 
 
 def sim_params_doc(fit: CalibrationFit, base: ModelCosts, upload_min: int, n_ubatch: int) -> dict:
-    """Simulator constants (`SimParams` fields) from a calibration; the decode step's non-expert time uses the base
-    profile's gamma0 and G (the measured step at r = 0 is `decode_other + L (gamma0 + G)`, branches in turn)."""
+    """Simulator constants (`SimParams` fields) from a calibration; the decode step's non-expert time uses gamma0 and G
+    of the engine's timers, else of the base profile (the measured step at r = 0 is `decode_other + L (gamma0 + G)`,
+    branches in turn)."""
     b = base.classes[0].costs
-    other = fit.tpot_ms[0] - fit.n_moe_layer * (b.gamma0_ms + b.gpu_branch_ms)
+    g0, g = (fit.engine_gamma0_ms, fit.engine_gpu_branch_ms) if fit.timed else (b.gamma0_ms, b.gpu_branch_ms)
+    other = fit.tpot_ms[0] - fit.n_moe_layer * (g0 + g)
     return {"decode_other_ms": max(float(other), 0.0), "prefill_token_ms": fit.prefill_token_ms,
             "prefill_pass_ms": max(fit.prefill_pass_ms, 0.0), "cpu_route_ms": fit.cpu_route_ms,
             "cpu_layer_ms": fit.cpu_layer_ms, "gpu_route_ms": 0.0,

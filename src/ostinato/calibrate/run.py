@@ -9,8 +9,10 @@ What one run measures (all on one server, every request from an erased slot):
   (the GPU's cost of the routes it computes is folded into the cost per token, which is exact for every pass
   formula of the simulator);
 - upload-path prefill: the engine's `upload pass` log lines -> bytes per ms and the time of one expert.
-gamma0 and G (the GPU branch) cannot be told apart from the rest of a step without in-engine timers: they are
-taken from a base profile and listed as such in the written profile.
+- in-engine timers (the server started with `--residency-timers`, read at GET /residency after each decode
+  request): every decode step's GPU and CPU branch time per MoE layer and its cold routes -> gamma0 (the CPU branch
+  at r = 0), alpha and beta (over r >= 1) and G (the GPU branch), which outside timings cannot tell apart from the
+  rest of a step. A server without timers leaves them to a base profile, and the written profile says which.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import numpy as np
 import pandas as pd
 
 from ostinato.presets import EngineConfig
-from ostinato.server.client import RequestInput, erase_slot, send_completion
+from ostinato.server.client import RequestInput, erase_slot, residency_timings, send_completion
 from ostinato.server import LlamaServer, ServerConfig
 from ostinato.models.gguf_shape import MoeShape
 from ostinato.routing.trace import RoutingTrace, TraceShape
 
+# timers.csv: the engine's timings of the decode steps (GET /residency of a server with --residency-timers)
+TIMER_COLUMNS = ["rep", "r", "pass", "layer", "n_tokens", "n_cold", "gpu_ms", "cpu_ms"]
 UPLOAD_RE = re.compile(r"upload pass of (\d+) routes: (\d+) cold experts, ([0-9.]+) MiB in ([0-9.]+) ms")
 
 
@@ -86,8 +90,11 @@ class CalibrationRow:
 
 def run_calibration(config: EngineConfig, server_bin: Path, model: Path, plan: CalibrationPlan,
                     traces: dict[int, Path], log_path: Path, extra_args: tuple[str, ...] = (),
-                    startup_timeout_s: float = 900, progress=None) -> list[CalibrationRow]:
-    """One server; for every rep and r: a decode request, the split-path sizes, an upload-path prompt."""
+                    startup_timeout_s: float = 900, progress=None,
+                    timings: list[dict] | None = None) -> list[CalibrationRow]:
+    """One server; for every rep and r: a decode request, the split-path sizes, an upload-path prompt. With
+    `timings`, the engine's timings of each decode request's single-token passes are appended to it (rep, r and the
+    server's pass, layer, n_cold, gpu_ms, cpu_ms), when the server times its branches."""
     rng = np.random.default_rng(plan.seed)
     draw = lambda n: tuple(int(t) for t in rng.integers(plan.vocab_lo, plan.vocab_hi, size=n))  # noqa: E731
     forced = draw(plan.n_decode)
@@ -100,7 +107,13 @@ def run_calibration(config: EngineConfig, server_bin: Path, model: Path, plan: C
                        routing_dir=trace_dir)
     rows: list[CalibrationRow] = []
     with LlamaServer(cfg) as srv:
+        last_pass = 0
+        if timings is not None:
+            seen = residency_timings(srv.client, srv.base_url)
+            last_pass = max((t["pass"] for t in seen["timings"]), default=0)
+
         def one(what: str, r: int, rep: int, n: int, n_predict: int, forced_ids: tuple[int, ...]) -> None:
+            nonlocal last_pass
             erase_slot(srv.client, srv.base_url)
             req = RequestInput(prompts[n], n_predict, forced_ids, cache_prompt=False,
                                extra={"routing": {"force": Path(traces[r]).name}})
@@ -111,6 +124,16 @@ def run_calibration(config: EngineConfig, server_bin: Path, model: Path, plan: C
                 out.error or f"server timings missing or predicted_n != {n_predict}: {t}")
             rows.append(CalibrationRow(what, r, n, rep, t.get("prompt_n"), t.get("prompt_ms"), t.get("predicted_n"),
                                        t.get("predicted_per_token_ms"), err))
+            if timings is not None:
+                got = residency_timings(srv.client, srv.base_url, last_pass)["timings"]
+                last_pass = max((x["pass"] for x in got), default=last_pass)
+                if what == "decode":
+                    # the decode steps: passes of one token in every layer (a prompt's last layer computes only
+                    # its output row)
+                    width: dict[int, int] = {}
+                    for x in got:
+                        width[x["pass"]] = max(width.get(x["pass"], 0), x["n_tokens"])
+                    timings.extend({"rep": rep, "r": r, **x} for x in got if width[x["pass"]] == 1)
             if progress:
                 progress(rows[-1])
 

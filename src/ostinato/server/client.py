@@ -236,6 +236,17 @@ def send_completion(client: httpx.Client, base_url: str, req: RequestInput, time
         return out
 
 
+def residency_timings(client: httpx.Client, base_url: str, after_pass: int = 0, timeout_s: float = 60.0) -> dict:
+    """The `ostinato` llama-server's GET /residency: its pools' counters and, with `--residency-timers`, the in-engine
+    timings of the split path's branches of the passes after `after_pass` (`timings`: pass, layer, n_tokens, n_cold,
+    gpu_ms, cpu_ms; `timers`: whether the server times them)."""
+    resp = client.get(f"{base_url}/residency", params={"after_pass": after_pass}, timeout=timeout_s)
+    if resp.status_code != 200:
+        raise RuntimeError(f"GET /residency failed: HTTP {resp.status_code} (an `ostinato` build with "
+                           f"--residency-plan?): {resp.text[:300]}")
+    return resp.json()
+
+
 def erase_slot(client: httpx.Client, base_url: str, slot: int = 0, timeout_s: float = 60.0) -> int:
     """Erase the prompt cache of a slot (needs `--slot-save-path`); return the erased token count."""
     resp = client.post(f"{base_url}/slots/{slot}", params={"action": "erase"}, timeout=timeout_s)
