@@ -163,6 +163,16 @@ class LlamaServer:
             fh.seek(max(0, fh.tell() - n_bytes))
             return fh.read().decode("utf-8", "replace")
 
+    def log_has(self, text: str, timeout_s: float = 10.0, n_bytes: int = 200000) -> bool:
+        """Whether `text` shows up in the log's last bytes within `timeout_s` (llama.cpp writes its log from a thread of
+        its own, so a line may come a moment after the answer it explains)."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.log_tail(n_bytes):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def is_alive(self) -> bool:
         """Return True while the process runs."""
         return self.proc is not None and self.proc.poll() is None
