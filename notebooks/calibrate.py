@@ -70,17 +70,28 @@ print("series:", *(s for s, _ in loaded), sep="\n  ")
 # 13.4 MB on an idle PCIe 4.0 bus; the H200's model has experts of the same size, the default config's tiny model
 # much smaller), `upload_pass_ms` the latency an upload pass pays once whatever it copies (the paper gives none
 # apart), and `upload_gbps` the copy rate; `upload_breakeven_tokens` = one expert's copy / CPU time per route
-# (the paper: ≈ 3).
+# (the paper: ≈ 3). `gamma0_ms`, `alpha_ms`, `engine_beta_ms` and `gpu_branch_ms` come from the engine's own timers
+# of each layer's branches in the decode steps (`--residency-timers`; empty for a run made before the engine had
+# them, e.g. the H200's); the paper's G is the middle of its range.
 
 # %%
 def paper_value(name: str) -> float:
     return float(pc.loc[name, "value"]) if name in pc.index and pd.notna(pc.loc[name, "value"]) else np.nan
 
 
+def paper_g() -> float:
+    """The paper's G: its value, else the middle of its range."""
+    if "gpu_branch" not in pc.index or pd.notna(pc.loc["gpu_branch", "value"]):
+        return paper_value("gpu_branch")
+    return float(pc.loc["gpu_branch", ["value_low", "value_high"]].astype(float).mean())
+
+
 paper_row = {"series": "paper", "k": 6, "beta_ms": paper_value("beta"),
              "alpha_minus_gamma0_ms": paper_value("alpha") - paper_value("gamma0"),
              "decode_fit_residual_ms": paper_value("calib_fit_error_r_le3"), "cpu_route_ms": paper_value("cpu_expert_token"),
-             "upload_expert_ms": paper_value("upload_idle"), "upload_pass_ms": np.nan, "upload_gbps": np.nan}
+             "upload_expert_ms": paper_value("upload_idle"), "upload_pass_ms": np.nan, "upload_gbps": np.nan,
+             "gamma0_ms": paper_value("gamma0"), "alpha_ms": paper_value("alpha"), "engine_beta_ms": paper_value("beta"),
+             "gpu_branch_ms": paper_g()}
 paper_row["upload_breakeven_tokens"] = paper_value("upload_breakeven_tokens")
 rows = [paper_row]
 for label, fit in loaded:
@@ -91,7 +102,10 @@ for label, fit in loaded:
                  "decode_fit_residual_ms": fit["decode_fit_residual_ms"], "cpu_route_ms": fit["cpu_route_ms"],
                  "upload_expert_ms": up_ms, "upload_pass_ms": fit.get("upload_latency_ms", np.nan),
                  "upload_gbps": up / 1e6 if up == up else np.nan,
-                 "upload_breakeven_tokens": up_ms / fit["cpu_route_ms"] if fit["cpu_route_ms"] > 0 else np.nan})
+                 "upload_breakeven_tokens": up_ms / fit["cpu_route_ms"] if fit["cpu_route_ms"] > 0 else np.nan,
+                 "gamma0_ms": fit.get("engine_gamma0_ms", np.nan), "alpha_ms": fit.get("engine_alpha_ms", np.nan),
+                 "engine_beta_ms": fit.get("engine_beta_ms", np.nan),
+                 "gpu_branch_ms": fit.get("engine_gpu_branch_ms", np.nan)})
 table = pd.DataFrame(rows)
 print("wrote", *save_table(table, Path(tables_dir) / output_stem, floatfmt=".4g"))
 table
