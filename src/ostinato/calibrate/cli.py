@@ -15,8 +15,8 @@ import yaml
 from ostinato.args import int_list
 from ostinato.atomic import atomic_open
 from ostinato.calibrate.fit import fit_calibration, profile_doc, sim_params_doc
-from ostinato.calibrate.run import (TIMER_COLUMNS, CalibrationPlan, CalibrationRow, cold_route_trace, run_calibration,
-                                    upload_passes)
+from ostinato.calibrate.run import (TIMER_COLUMNS, CalibrationPlan, CalibrationRow, cold_route_trace, failed,
+                                    run_calibration, upload_passes)
 from ostinato.costmodel.params import load_profile
 from ostinato.models.gguf_shape import MoeShape, moe_shape_from_gguf
 from ostinato.presets import RESIDENT_SHARE, UPLOAD_MIN, preset
@@ -69,9 +69,9 @@ def _measure(args: argparse.Namespace, out: Path) -> tuple[MoeShape, dict]:
         df.to_csv(f, index=False)
     with atomic_open(out / "timers.csv", "w") as f:
         pd.DataFrame(timings, columns=TIMER_COLUMNS).to_csv(f, index=False)
-    failed = df[df["error"].fillna("") != ""]
-    if len(failed):
-        raise RuntimeError(f"{len(failed)} calibration requests failed, first: {failed['error'].iloc[0]} "
+    bad = df[failed(df)]
+    if len(bad):
+        raise RuntimeError(f"{len(bad)} calibration requests failed, first: {bad['error'].iloc[0]} "
                            f"(server log {log_path})")
     ups = upload_passes(log_path.read_text(encoding="utf-8", errors="replace"))
     with atomic_open(out / "uploads.csv", "w") as f:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ostinato.calibrate.run import failed
 from ostinato.costmodel.fit import fit_upload
 from ostinato.costmodel.params import ModelCosts
 from ostinato.models.gguf_shape import MoeShape
@@ -77,8 +78,7 @@ def fit_calibration(rows: pd.DataFrame, uploads: pd.DataFrame, n_moe_layer: int,
                     expert_bytes: float, timers: pd.DataFrame | None = None) -> CalibrationFit:
     """Fit the calibration constants from the rows of `run_calibration`, the upload passes of its log and, when the
     server timed its branches, the engine's decode-step timings."""
-    err = rows["error"]  # NaN (all float when no row failed) or "" means no error
-    ok = rows[(err.isna() | (err.astype(str) == "")) & (rows["rep"] >= 0)]
+    ok = rows[~failed(rows) & (rows["rep"] >= 0)]
     dec = ok[ok["what"] == "decode"].groupby("r")["predicted_per_token_ms"].median()
     if 0 not in dec.index or (dec.index >= 1).sum() < 2:
         raise ValueError("the decode fit needs r = 0 and at least two r >= 1 measured without error")

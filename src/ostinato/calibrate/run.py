@@ -147,6 +147,12 @@ def run_calibration(config: EngineConfig, server_bin: Path, model: Path, plan: C
     return rows
 
 
+def failed(rows: pd.DataFrame) -> pd.Series:
+    """Which calibration rows failed: a non-empty `error` (the column is all NaN floats when none did)."""
+    err = rows["error"]
+    return err.notna() & (err.astype(str) != "")
+
+
 def upload_passes(log_text: str) -> pd.DataFrame:
     """The engine's upload passes from a server log: routes, experts, bytes and ms of each."""
     rows = [{"routes": int(a), "experts": int(b), "bytes": float(c) * 2**20, "ms": float(d)}

@@ -45,9 +45,10 @@ inline server_http_res_ptr ostinato_residency_response(llama_context * ctx, cons
         {"cache", {{"hits", st.n_cache_hits}, {"misses", st.n_cache_misses}, {"admissions", st.n_cache_admissions},
                    {"bytes", st.n_cache_bytes}, {"ms", st.t_cache_us / 1e3}}},
     };
-    std::vector<llama_residency_timing> t(262144); // as many as the engine keeps
-    const int32_t n = llama_model_residency_timings(model, (uint64_t) after, t.data(), (int32_t) t.size());
-    const bool timers = n >= 0;
+    // without timers (n_max 0 answers -1) nothing is allocated; with them, room for as many as the engine keeps
+    const bool timers = llama_model_residency_timings(model, (uint64_t) after, nullptr, 0) >= 0;
+    std::vector<llama_residency_timing> t(timers ? 262144 : 0);
+    const int32_t n = timers ? llama_model_residency_timings(model, (uint64_t) after, t.data(), (int32_t) t.size()) : 0;
     json timings = json::array();
     for (int32_t i = 0; i < n; ++i) {
         timings.push_back({{"pass", t[i].pass}, {"layer", t[i].layer}, {"n_tokens", t[i].n_tokens},
