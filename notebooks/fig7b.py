@@ -66,7 +66,9 @@ def measured(path: str, machine_name: str) -> pd.DataFrame:
     df = df[df["kind"] == "prefill"].copy()
     df["series"] = series_label("measured", machine_name)
     df["n_new"] = df["n_new"].astype(int)
-    df["prefix"] = doc["meta"]["prefix"]
+    if "prefix" not in df:  # a sweep of one prefix (older summaries) names it only in its meta
+        df["prefix"] = doc["meta"]["prefix"]
+    df["prefix"] = df["prefix"].astype(int)
     return df
 
 
@@ -93,32 +95,36 @@ print(sorted(meas["series"].unique()), "paper sizes:", sorted(paper["n_new"].uni
 # %%
 cols = ["series", "engine", "n_new", "prefix", "median_s", "ratio_to", "ratio", "ratio_ci_low", "ratio_ci_high"]
 table = pd.concat([meas.reindex(columns=cols), paper.reindex(columns=cols)], ignore_index=True)
-table = table.sort_values(["series", "n_new", "engine"]).reset_index(drop=True)
+table = table.sort_values(["series", "prefix", "n_new", "engine"]).reset_index(drop=True)
 print("wrote", *save_table(table, Path(tables_dir) / output_stem, floatfmt=".3g"))
-for s, g in table[table["ratio"].notna()].groupby("series"):
+for (s, p), g in table[table["ratio"].notna()].groupby(["series", table["prefix"].fillna(-1)]):
     small = g[g["n_new"] < 512]
-    if len(small):
-        print(f"{s}: {', '.join(small['engine'].unique())} below 512 new tokens at "
-              f"{small['ratio'].min():.2f}-{small['ratio'].max():.2f}x of {small['ratio_to'].iloc[0]}")
+    after = f" after {int(p)} tokens" if p >= 0 else ""
+    for e, ge in small.groupby("engine"):
+        print(f"{s}{after}: {e} below 512 new tokens at "
+              f"{ge['ratio'].min():.2f}-{ge['ratio'].max():.2f}x of {ge['ratio_to'].iloc[0]}")
 table
 
 # %% [markdown]
 # ## Figure
-# (a) median TTFT by new tokens, one line per engine and series; (b) the ratio to each series' baseline, with the
-# measured 95% intervals. The dotted line marks Np = 512.
+# (a) median TTFT by new tokens, one line per engine, series and prefix (a sweep may measure several prefixes);
+# (b) the ratio to each series' baseline, with the measured 95% intervals. The dotted line marks Np = 512.
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12.0, 4.0))
 pal = engine_palette(sorted(table["engine"].unique()))
-for (s, e), g in table.groupby(["series", "engine"]):
+n_prefixes = table.groupby("series")["prefix"].nunique()
+for (s, e, p), g in table.groupby(["series", "engine", table["prefix"].fillna(-1)]):
     kind = s.split(" ")[0]
     g = g.sort_values("n_new")
+    after = f", after {int(p)}" if n_prefixes.get(s, 0) > 1 else ""
+    alpha = 1.0 if p < 0 or p == table.loc[table["series"] == s, "prefix"].min() else 0.55
     axes[0].plot(g["n_new"], g["median_s"], marker=SERIES_MARKERS[kind], linestyle=SERIES_LINESTYLES[kind],
-                 color=pal[e], label=f"{e}, {s}")
+                 color=pal[e], alpha=alpha, label=f"{e}, {s}{after}")
     r = g[g["ratio"].notna()]
     if len(r):
         axes[1].plot(r["n_new"], r["ratio"], marker=SERIES_MARKERS[kind], linestyle=SERIES_LINESTYLES[kind],
-                     color=pal[e], label=f"{e} / {r['ratio_to'].iloc[0]}, {s}")
+                     color=pal[e], alpha=alpha, label=f"{e} / {r['ratio_to'].iloc[0]}, {s}{after}")
         if r["ratio_ci_low"].notna().any():
             axes[1].fill_between(r["n_new"], r["ratio_ci_low"], r["ratio_ci_high"], color=pal[e], alpha=0.15)
 for ax in axes:

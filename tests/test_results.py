@@ -245,6 +245,16 @@ def test_predict_sweep_by_hand():
         R.predict_sweep(FIT, SWEEP, COLD, engine="buun")
 
 
+def test_predict_sweep_takes_each_prefix_cold_routes():
+    """A sweep after two prefixes: each row is predicted from the cold routes after its own prefix."""
+    rows = [{**r, "prefix": 64} for r in SWEEP["rows"]] + [{**r, "prefix": 512} for r in SWEEP["rows"]]
+    cold = {**COLD, "by_prefix": {"64": COLD["placements"], "512": {"ostinato": {"prefill": 3.0, "decode": 0.8}}}}
+    p = R.predict_sweep(FIT, {**SWEEP, "rows": rows}, cold)
+    split = p[(p["kind"] == "prefill") & (p["n_new"] == 100)].set_index("prefix")["predicted_ms"]
+    # 10 + 0.1 * 100 + 2 * (1 + 0.01 * 100 * m), m = 1.5 after 64 tokens and 3.0 after 512
+    assert split[64] == pytest.approx(25.0) and split[512] == pytest.approx(28.0)
+
+
 def test_paper_tables_line_up():
     p3 = R.paper_table3(PAPER / "table3_heldout.csv", PAPER / "table7_ttft_by_kind.csv")
     assert len(p3) == 12 and set(p3["workload"]) == {"SWE", "tau2"}

@@ -33,20 +33,22 @@ def test_cold_routes_by_hand():
 
 
 def test_plan_tokens_are_the_same_for_every_engine():
-    p = BenchPlan(prefix=10, sizes=(3, 5), n_decode=4, reps=2, vocab_hi=200, seed=3)
+    p = BenchPlan(prefixes=(10, 16), sizes=(3, 5), n_decode=4, reps=2, vocab_hi=200, seed=3)
     assert p.tokens() == p.tokens()
     prefix, new, forced = p.tokens()
-    assert (len(prefix), len(new[3]), len(new[5]), len(forced)) == (10, 3, 5, 4)
+    assert (len(prefix), len(new[3]), len(new[5]), len(forced)) == (16, 3, 5, 4)  # the longest; 10 takes its head
     assert new[3][0] != new[5][0]  # only the prefix is shared between sizes
-    assert p.n_pos == 10 + 5 + 4 + 1
+    assert not {new[3][0], new[5][0]} & set(prefix)  # a size's new tokens never continue a prefix
+    assert p.n_pos == 16 + 5 + 4 + 1
 
 
-def _rows(engine: str, scale: float) -> list[BenchRow]:
-    rows = []
+def _rows(engine: str, scale: float, prefix: int = 64) -> list[BenchRow]:
+    rows = [BenchRow(engine, -1, "prefix", prefix, prefix, 1, 9.0, 9.0, None, prefix, 1.0, None)]
     for rep in range(4):
         jitter = 1 + 0.01 * rep
-        rows.append(BenchRow(engine, rep, "prefill", 128, 1, scale * jitter, scale * jitter, None, 128, 1.0, None))
-        rows.append(BenchRow(engine, rep, "decode", 2048, 16, 0.1, 1.0, scale * 0.01 * jitter, 1, 1.0, 10.0))
+        rows.append(BenchRow(engine, rep, "prefill", prefix, 128, 1, scale * jitter, scale * jitter, None, 128, 1.0,
+                             None))
+        rows.append(BenchRow(engine, rep, "decode", prefix, 2048, 16, 0.1, 1.0, scale * 0.01 * jitter, 1, 1.0, 10.0))
     return rows
 
 
@@ -58,6 +60,18 @@ def test_summary_ratio_and_interval():
     lo, hi = fast[("prefill", 128)]["ratio_ci_low"], fast[("prefill", 128)]["ratio_ci_high"]
     assert lo <= 0.5 + 1e-9 and hi >= 0.5 - 1e-9
     assert all("ratio" not in r for r in summ if r["engine"] == "base")
+    assert {r["kind"] for r in summ} == {"prefill", "decode"}  # the prefix's own prefill is not a sweep size
+
+
+def test_summary_keeps_prefixes_apart():
+    """Each prefix is its own case: a ratio compares the engines after the same prefix only."""
+    rows = _rows("base", 2.0, 64) + _rows("fast", 1.0, 64) + _rows("base", 2.0, 256) + _rows("fast", 1.5, 256)
+    summ = summarize(rows, "base", n_resamples=200)
+    fast = {(r["prefix"], r["kind"], r["n_new"]): r for r in summ if r["engine"] == "fast"}
+    assert set(fast) == {(64, "prefill", 128), (64, "decode", ""), (256, "prefill", 128), (256, "decode", "")}
+    assert fast[(64, "prefill", 128)]["ratio"] == pytest.approx(0.5)
+    assert fast[(256, "prefill", 128)]["ratio"] == pytest.approx(0.75)
+    assert fast[(256, "decode", "")]["reps"] == 4
 
 
 @pytest.mark.slow  # papermill starts a kernel
@@ -76,7 +90,11 @@ def test_fig7b_notebook_runs_under_papermill(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     ref = repo / "data/reference/h200/residency/bench/summary.json"
     mine = json.loads(ref.read_text())
-    mine["rows"] = [r for r in mine["rows"] if r["engine"] != "llama.cpp-cpu-experts"]  # a two-engine run
+    # a two-engine run after two prefixes (the second's times scaled), as `ostinato sweep --prefix 3072,8192` writes
+    two = [r for r in mine["rows"] if r["engine"] != "llama.cpp-cpu-experts"]
+    mine["rows"] = [{**r, "prefix": 3072} for r in two] + [
+        {**r, "prefix": 8192, "median_s": 1.5 * r["median_s"]} for r in two]
+    mine["meta"]["prefixes"] = [3072, 8192]
     (tmp_path / "summary.json").write_text(json.dumps(mine))
     params = {"summary_json": str(tmp_path / "summary.json"), "machine": "ci", "reference_json": str(ref),
               "reference_machine": "h200",
@@ -93,10 +111,13 @@ def test_fig7b_notebook_runs_under_papermill(tmp_path):
     assert set(t["series"]) == {"measured (ci)", "measured (h200, reference)", "paper"}
     paper = t[(t["series"] == "paper") & (t["engine"] == "ostinato")].set_index("n_new")["ratio"]
     assert paper[128] == pytest.approx(0.92 / 1.63) and paper[1024] == pytest.approx(3.33 / 5.12)
-    ci = t[(t["series"] == "measured (ci)") & (t["engine"] == "ostinato")].set_index("n_new")
+    ci = t[(t["series"] == "measured (ci)") & (t["engine"] == "ostinato")].set_index(["prefix", "n_new"])
     row = next(r for r in mine["rows"] if r["engine"] == "ostinato" and r["n_new"] == 256)
-    assert ci.loc[256, "ratio"] == pytest.approx(row["ratio"]) and set(t[t["series"] == "measured (ci)"]["engine"]) == {
-        "ostinato", "llama.cpp-layers"}
+    assert ci.loc[(3072, 256), "ratio"] == pytest.approx(row["ratio"])
+    assert ci.loc[(8192, 256), "median_s"] == pytest.approx(1.5 * row["median_s"])
+    assert set(t[t["series"] == "measured (ci)"]["engine"]) == {"ostinato", "llama.cpp-layers"}
+    ref_rows = t[t["series"] == "measured (h200, reference)"]
+    assert set(ref_rows["prefix"]) == {3072}  # an older summary of one prefix names it in its meta
     assert (tmp_path / "figures/fig7b.png").stat().st_size > 0
 
 
@@ -109,3 +130,45 @@ def test_fig7b_notebook_twin_in_sync():
     assert sum("parameters" in c.get("metadata", {}).get("tags", []) for c in nb["cells"]) == 1
     text = (repo / "notebooks/fig7b.py").read_text()
     assert all("".join(c["source"]) in text for c in nb["cells"] if c["cell_type"] == "code")
+
+
+@pytest.mark.slow  # three servers on the CPU build
+def test_sweep_cli_after_two_prefixes_on_the_cpu_build(engine_variants, tiny_v4_model, llama_tree, tmp_path):
+    """`ostinato sweep --prefix A,B`: every engine measures every size after each prefix in one server, and each
+    request prefills exactly its new tokens (the server reuses the prefix; a longer prefix extends a shorter one)."""
+    import argparse
+    import json
+
+    import pandas as pd
+
+    from ostinato.sweep import cli as sweep_cli
+
+    parser = argparse.ArgumentParser()
+    sweep_cli.register(parser.add_subparsers(dest="group"))
+    out = tmp_path / "sweep"
+    engines = "llama.cpp-layers,ostinato,ostinato-overlap"
+    a = parser.parse_args(["sweep", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
+                           "--variants-dir", str(engine_variants["ostinato"].parents[1]), "--engines", engines,
+                           "--prefix", "64,160", "--sizes", "8,24", "--decode", "6", "--reps", "1", "--threads", "2",
+                           "--ctx", "512", "--dev-sessions", "2", "--dev-tokens", "256", "--no-progress",
+                           "--out", str(out)])
+    assert a.func(a) == 0
+    rows = pd.read_csv(out / "rows.csv")
+    assert rows["error"].isna().all(), rows["error"].dropna().tolist()
+    pre = rows[rows["kind"] == "prefill"]
+    assert sorted(set(zip(pre["engine"], pre["prefix"], pre["n_new"]))) == sorted(
+        (e, p, n) for e in engines.split(",") for p in (64, 160) for n in (8, 24))
+    assert (pre["prompt_n"] == pre["n_new"]).all()  # only the new tokens are prefilled after the cached prefix
+    primes = rows[rows["kind"] == "prefix"].set_index(["engine", "prefix"])["prompt_n"]
+    assert (primes.xs(64, level="prefix") == 64).all() and (primes.xs(160, level="prefix") <= 160 - 64 + 1).all()
+    summ = json.loads((out / "summary.json").read_text())
+    assert summ["meta"]["prefixes"] == [64, 160]
+    dec = [r for r in summ["rows"] if r["kind"] == "decode"]
+    assert sorted((r["engine"], r["prefix"]) for r in dec) == sorted(
+        (e, p) for e in engines.split(",") for p in (64, 160))
+    cold = json.loads((out / "cold.json").read_text())
+    assert set(cold["by_prefix"]) == {"64", "160"} and cold["placements"] == cold["by_prefix"]["64"]
+    with pytest.raises(ValueError, match="--prefix"):
+        b = parser.parse_args(["sweep", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
+                               "--variants-dir", ".", "--prefix", "64,64", "--out", str(tmp_path / "x")])
+        b.func(b)

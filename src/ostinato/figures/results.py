@@ -335,17 +335,27 @@ def predict_sweep(fit: dict, summary: dict, cold: dict, engine: str = "ostinato"
     """
     meta = summary.get("meta", {})
     upload_min = int(meta["upload_min"])
-    c = cold.get("placements", {}).get(engine) or meta.get("cold", {}).get(engine)
-    if c is None:
-        raise ValueError(f"cold routes of engine {engine!r} not in cold.json (engines: {list(cold.get('placements', {}))})")
+
+    def cold_of(prefix) -> dict:
+        """The engine's cold routes after this row's prefix (a sweep of one prefix records only `placements`)."""
+        by = cold.get("by_prefix", {}).get(str(prefix), cold.get("placements", {})) if prefix is not None \
+            else cold.get("placements", {})
+        c = by.get(engine) or meta.get("cold", {}).get(engine)
+        if c is None:
+            raise ValueError(f"cold routes of engine {engine!r} not in cold.json (engines: {list(by)})")
+        return c
+
+    cold_of(None)
     n_layer, k = int(fit["n_moe_layer"]), int(fit["k"])
     rows = []
     for r in summary["rows"]:
         if r["engine"] != engine:
             continue
+        c = cold_of(r.get("prefix"))
+        prefix = r.get("prefix", meta.get("prefix"))
         if r["kind"] == "prefill":
             n = int(r["n_new"])
-            row = {"kind": "prefill", "n_new": n, "measured_ms": 1e3 * float(r["median_s"]),
+            row = {"kind": "prefill", "prefix": prefix, "n_new": n, "measured_ms": 1e3 * float(r["median_s"]),
                    "path": "split" if n < upload_min else "upload"}
             if n < upload_min:
                 pred = (fit["prefill_pass_ms"] + fit["prefill_token_ms"] * n
@@ -358,9 +368,10 @@ def predict_sweep(fit: dict, summary: dict, cold: dict, engine: str = "ostinato"
             lo = tp0 + n_layer * (fit["beta_ms"] * mu + fit["alpha_minus_gamma0_ms"] * mu / k)
             hi = tp0 + n_layer * (fit["beta_ms"] * mu + fit["alpha_minus_gamma0_ms"] * min(1.0, mu))
             lo, hi = min(lo, hi), max(lo, hi)
-            rows.append({"kind": "decode", "n_new": np.nan, "path": "decode", "measured_ms": 1e3 * float(r["median_s"]),
+            rows.append({"kind": "decode", "prefix": prefix, "n_new": np.nan, "path": "decode",
+                         "measured_ms": 1e3 * float(r["median_s"]),
                          "predicted_ms": (lo + hi) / 2, "predicted_low_ms": lo, "predicted_high_ms": hi})
-    out = pd.DataFrame(rows, columns=["kind", "n_new", "path", "measured_ms", "predicted_ms", "predicted_low_ms",
+    out = pd.DataFrame(rows, columns=["kind", "prefix", "n_new", "path", "measured_ms", "predicted_ms", "predicted_low_ms",
                                       "predicted_high_ms"])
     out["error_pct"] = 100 * (out["predicted_ms"] / out["measured_ms"] - 1)
     inside = (out["measured_ms"] >= out["predicted_low_ms"]) & (out["measured_ms"] <= out["predicted_high_ms"])

@@ -29,11 +29,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     model = Path(args.model)
     shape = moe_shape_from_gguf(model, args.llama_tree)
     rshape = custom_shape(shape.n_layer, shape.n_expert, shape.n_expert_used, shape.moe_layers())
-    if shape.n_vocab < 300:
+    if shape.n_vocab < 256:
         raise ValueError(f"--model {model}: vocabulary of {shape.n_vocab} tokens; the benchmark draws prompt "
-                         f"tokens from ids 100..min(n_vocab, 20000)")
-    plan = BenchPlan(args.prefix, int_list(args.sizes, "--sizes", minimum=1), args.decode, args.reps,
-                     vocab_hi=min(shape.n_vocab, 20000), seed=args.seed)
+                         f"tokens from ids 100..min(n_vocab, 20000) (a byte vocabulary: 100..127)")
+    # a byte vocabulary (tests) has 256 byte tokens and then its special ones: draw ASCII bytes (a byte of 128 or
+    # more alone is incomplete UTF-8, which the server holds back from its stream)
+    vocab_hi = min(shape.n_vocab, 20000) if shape.n_vocab >= 300 else 128
+    prefixes = int_list(args.prefix, "--prefix", minimum=1)
+    if len(set(prefixes)) != len(prefixes):
+        raise ValueError(f"--prefix {args.prefix!r}: each prefix length once")
+    plan = BenchPlan(prefixes, int_list(args.sizes, "--sizes", minimum=1),
+                     args.decode, args.reps,
+                     vocab_hi=vocab_hi, seed=args.seed)
     profile = PROFILES[args.routing_profile]
 
     # routing: development sessions (for the plan) and the benchmark's own session, same generator and workload
@@ -46,7 +53,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         dev_paths.append(p)
     bench_trace = out / "traces" / "bench.route"
     if not bench_trace.exists():
-        lay = SessionLayout("bench", (RequestSpan(0, "first", 0, plan.prefix + max(plan.sizes), plan.n_decode + 1),))
+        lay = SessionLayout("bench", (RequestSpan(0, "first", 0, plan.n_pos - plan.n_decode - 1, plan.n_decode + 1),))
         write_session_trace(bench_trace, rshape, lay, profile, args.workload, seed=args.seed)
     trace = read_trace(bench_trace)
 
@@ -61,15 +68,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         write_plan(path, pf)
         plans[rule] = (path, pl.hot)
 
-    # cold routes per token and layer (Figure 7c) in the benchmark's prefills and decode steps: the routes each engine
-    # computes on the CPU (for llama.cpp-expert-cache in decode: the misses it uploads)
+    # cold routes per token and layer (Figure 7c) in the benchmark's prefills and decode steps after each prefix: the
+    # routes each engine computes on the CPU (for llama.cpp-expert-cache in decode: the misses it uploads)
     names = args.engines.split(",")
-    lo_p, hi_p = plan.prefix, plan.prefix + max(plan.sizes)
-    cold = {name: cold_routes_of(name, trace, shape, budget.layers_on_gpu(), plans, (lo_p, hi_p),
-                                 (hi_p, hi_p + plan.n_decode)) for name in dict.fromkeys(
-                ["ostinato", "llama.cpp-layers", "llama.cpp-cpu-experts", *names])}
+    by_prefix = {}
+    for p in plan.prefixes:
+        hi_p = p + max(plan.sizes)
+        by_prefix[str(p)] = {name: cold_routes_of(name, trace, shape, budget.layers_on_gpu(), plans, (p, hi_p),
+                                                  (hi_p, hi_p + plan.n_decode)) for name in dict.fromkeys(
+                             ["ostinato", "llama.cpp-layers", "llama.cpp-cpu-experts", *names])}
+    cold = by_prefix[str(plan.prefixes[0])]
     with atomic_open(out / "cold.json", "w") as f:
-        f.write(json.dumps({"k": shape.n_expert_used, "budget_bytes": budget.budget_bytes, "placements": cold}, indent=2) + "\n")
+        f.write(json.dumps({"k": shape.n_expert_used, "budget_bytes": budget.budget_bytes, "prefix": plan.prefixes[0],
+                            "placements": cold, "by_prefix": by_prefix}, indent=2) + "\n")
 
     bins = Path(args.variants_dir)
     common = ["-c", str(args.ctx), "-t", str(args.threads), "-fa", "on", "--routing-force", str(bench_trace),
@@ -82,8 +93,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             cfg = preset(name, budget)
         run = EngineRun(cfg, bins / cfg.variant / "bin" / "llama-server", tuple(common))
 
-        def progress(engine, rep, n, o):
-            what = f"prefill {n}" if n >= 0 else "decode"
+        def progress(engine, rep, p, n, o):
+            what = f"prefill {n} after {p}" if n >= 0 else f"decode after {p}"
             print(f"[bench] {engine} rep {rep} {what}: ttft {o.ttft} tpot {o.tpot} ok={o.success}",
                   file=sys.stderr, flush=True)
 
@@ -92,11 +103,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         write_rows(out / "rows.csv", rows)
 
     summ = summarize(rows, args.baseline)
-    write_summary(out / "summary.json", summ, {"model": str(model), "prefix": plan.prefix, "sizes": list(plan.sizes),
+    write_summary(out / "summary.json", summ, {"model": str(model), "prefix": plan.prefixes[0],
+                                               "prefixes": list(plan.prefixes), "sizes": list(plan.sizes),
                                                "n_decode": plan.n_decode, "reps": plan.reps, "upload_min": args.upload_min,
                                                "resident_share": args.resident_share, "budget_bytes": budget.budget_bytes,
                                                "engines": args.engines, "routing_profile": args.routing_profile,
-                                               "cold": cold})
+                                               "cold": cold, "cold_by_prefix": by_prefix})
     for r in summ:
         print(json.dumps(r))
     return 0
@@ -117,7 +129,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"default {RESIDENT_SHARE})")
     q.add_argument("--upload-min", type=int, default=UPLOAD_MIN,
                    help=f"Np of the ostinato engine (--residency-upload-min; default {UPLOAD_MIN})")
-    q.add_argument("--prefix", type=int, default=4096)
+    q.add_argument("--prefix", default="4096",
+                   help="prefix length(s), comma list: each is prefilled once, then the sizes after it (default 4096)")
     q.add_argument("--sizes", default="128,256,511,512,1024,2048")
     q.add_argument("--decode", type=int, default=128, help="forced tokens of the decode request")
     q.add_argument("--reps", type=int, default=3)

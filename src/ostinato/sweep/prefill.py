@@ -1,10 +1,11 @@
 """Prefill and decode benchmark of engine configurations on one machine, in one run (issue 6's H200 measurement).
 
-Per engine: start llama-server with routing forced from one trace, prefill a prefix once, then for each size n
-send the prefix plus n new tokens (the server reuses the cached prefix and prefills only the n new ones) and
-generate one forced token; TTFT is the client's time to the first streamed token, beside the server's
-`prompt_ms`. Decode: after the prefix and the largest size, generate forced tokens; TPOT per request.
-Every engine sees the same prompt tokens and the same routing rows, so their times compare.
+Per engine: start llama-server with routing forced from one trace; for each prefix length, prefill the prefix once,
+then for each size n send the prefix plus n new tokens (the server reuses the cached prefix and prefills only the
+n new ones) and generate one forced token; TTFT is the client's time to the first streamed token, beside the
+server's `prompt_ms`. Decode: after the prefix and the largest size, generate forced tokens; TPOT per request.
+The prefixes are the first tokens of one drawn sequence, so a longer prefix extends a shorter one. Every engine
+sees the same prompt tokens and the same routing rows, so their times compare.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ostinato.server.launcher import LlamaServer, ServerConfig
 class BenchPlan:
     """What one benchmark run sends; the same for every engine."""
 
-    prefix: int
+    prefixes: tuple[int, ...]
     sizes: tuple[int, ...]
     n_decode: int
     reps: int
@@ -35,21 +36,22 @@ class BenchPlan:
     seed: int = 0
 
     def tokens(self) -> tuple[list[int], dict[int, list[int]], list[int]]:
-        """Prefix, new tokens per size and forced output tokens.
+        """The longest prefix (each prefix length takes its first tokens), new tokens per size and forced output
+        tokens.
 
         Each size's new tokens start with a token no other size starts with, so a request shares only the
         prefix with the request before it and the server prefills exactly its n new tokens.
         """
         rng = np.random.default_rng(self.seed)
         draw = lambda n: [int(t) for t in rng.integers(self.vocab_lo + len(self.sizes), self.vocab_hi, size=n)]  # noqa: E731
-        prefix = draw(self.prefix)
+        prefix = draw(max(self.prefixes))
         new = {n: [self.vocab_lo + i] + draw(n - 1) for i, n in enumerate(self.sizes)}
         return prefix, new, draw(max(self.n_decode, 1))
 
     @property
     def n_pos(self) -> int:
         """Positions a forced routing trace must cover."""
-        return self.prefix + max(self.sizes) + self.n_decode + 1
+        return max(self.prefixes) + max(self.sizes) + self.n_decode + 1
 
 
 @dataclass
@@ -58,7 +60,8 @@ class BenchRow:
 
     engine: str
     rep: int
-    kind: str            # prefill | decode
+    kind: str            # prefix | prefill | decode
+    prefix: int          # prefix tokens before the request's new ones
     n_new: int           # new prompt tokens of the request
     n_output: int
     ttft_s: float | None
@@ -70,9 +73,9 @@ class BenchRow:
     error: str = ""
 
 
-def _row(engine: str, rep: int, kind: str, n_new: int, out: RequestOutput) -> BenchRow:
+def _row(engine: str, rep: int, kind: str, prefix: int, n_new: int, out: RequestOutput) -> BenchRow:
     t = out.timings or {}
-    return BenchRow(engine, rep, kind, n_new, out.n_output, out.ttft, out.latency, out.tpot,
+    return BenchRow(engine, rep, kind, prefix, n_new, out.n_output, out.ttft, out.latency, out.tpot,
                     t.get("prompt_n"), t.get("prompt_ms"), t.get("predicted_per_token_ms"),
                     "" if out.success else out.error)
 
@@ -89,7 +92,8 @@ class EngineRun:
 
 def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, startup_timeout_s: float = 900,
                progress=None) -> list[BenchRow]:
-    """Measure one engine: one server, the prefix once, then `reps` rounds over the sizes and a decode."""
+    """Measure one engine: one server; per prefix length, the prefix once, then `reps` rounds over the sizes and a
+    decode."""
     prefix, new, forced = plan.tokens()
     cfg = ServerConfig(binary=run.server_bin, model=model, args=[*run.config.server_args, *run.extra_args],
                        env=dict(run.config.env), log_path=log_dir / f"server-{run.config.name}.log",
@@ -97,23 +101,25 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
     rows: list[BenchRow] = []
     with LlamaServer(cfg) as srv:
         erase_slot(srv.client, srv.base_url)
-        warm = send_completion(srv.client, srv.base_url, RequestInput(tuple(prefix), 1, (forced[0],)))
-        rows.append(_row(run.config.name, -1, "prefix", len(prefix), warm))
-        for rep in range(plan.reps):
-            for n in plan.sizes:
-                out = send_completion(srv.client, srv.base_url,
-                                      RequestInput(tuple(prefix + new[n]), 1, (forced[0],)))
-                rows.append(_row(run.config.name, rep, "prefill", n, out))
-                if progress:
-                    progress(run.config.name, rep, n, out)
-            if plan.n_decode > 1:
-                # after the largest size (cached when it was the last one sent): decode positions follow it
-                n = max(plan.sizes)
-                out = send_completion(srv.client, srv.base_url,
-                                      RequestInput(tuple(prefix + new[n]), plan.n_decode, tuple(forced)))
-                rows.append(_row(run.config.name, rep, "decode", n, out))
-                if progress:
-                    progress(run.config.name, rep, -1, out)
+        for p in plan.prefixes:
+            head = prefix[:p]
+            warm = send_completion(srv.client, srv.base_url, RequestInput(tuple(head), 1, (forced[0],)))
+            rows.append(_row(run.config.name, -1, "prefix", p, p, warm))
+            for rep in range(plan.reps):
+                for n in plan.sizes:
+                    out = send_completion(srv.client, srv.base_url,
+                                          RequestInput(tuple(head + new[n]), 1, (forced[0],)))
+                    rows.append(_row(run.config.name, rep, "prefill", p, n, out))
+                    if progress:
+                        progress(run.config.name, rep, p, n, out)
+                if plan.n_decode > 1:
+                    # after the largest size (cached when it was the last one sent): decode positions follow it
+                    n = max(plan.sizes)
+                    out = send_completion(srv.client, srv.base_url,
+                                          RequestInput(tuple(head + new[n]), plan.n_decode, tuple(forced)))
+                    rows.append(_row(run.config.name, rep, "decode", p, n, out))
+                    if progress:
+                        progress(run.config.name, rep, p, -1, out)
     return rows
 
 
@@ -128,24 +134,29 @@ def write_rows(path: Path, rows: list[BenchRow]) -> None:
 
 
 def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> list[dict]:
-    """Median TTFT per (engine, size) and decode TPOT; ratio to `baseline` with a 95% bootstrap CI over reps."""
+    """Median TTFT per (engine, prefix, size) and decode TPOT per (engine, prefix); ratio to `baseline` with a 95%
+    bootstrap CI over reps."""
     from scipy.stats import bootstrap
 
-    def series(engine: str, kind: str, n: int | None) -> np.ndarray:
+    def series(engine: str, kind: str, p: int, n: int | None) -> np.ndarray:
         vals = {r.rep: (r.ttft_s if kind == "prefill" else r.tpot_s) for r in rows
-                if r.engine == engine and r.kind == kind and (n is None or r.n_new == n) and not r.error}
+                if r.engine == engine and r.kind == kind and r.prefix == p and (n is None or r.n_new == n)
+                and not r.error}
         return np.array([vals[k] for k in sorted(vals) if vals[k] is not None], dtype=float)
 
     engines = list(dict.fromkeys(r.engine for r in rows))
-    cases = [("prefill", n) for n in sorted({r.n_new for r in rows if r.kind == "prefill"})] + [("decode", None)]
+    cases = []
+    for p in sorted({r.prefix for r in rows if r.kind in ("prefill", "decode")}):
+        cases += [("prefill", p, n) for n in sorted({r.n_new for r in rows if r.kind == "prefill" and r.prefix == p})]
+        cases += [("decode", p, None)]
     out = []
-    for kind, n in cases:
-        base = series(baseline, kind, n)
+    for kind, p, n in cases:
+        base = series(baseline, kind, p, n)
         for e in engines:
-            x = series(e, kind, n)
+            x = series(e, kind, p, n)
             if x.size == 0:
                 continue
-            rec = {"engine": e, "kind": kind, "n_new": n if n is not None else "", "reps": int(x.size),
+            rec = {"engine": e, "kind": kind, "prefix": p, "n_new": n if n is not None else "", "reps": int(x.size),
                    "median_s": float(np.median(x)), "min_s": float(x.min()), "max_s": float(x.max())}
             if base.size and e != baseline and x.size == base.size:
                 ratio = float(np.mean(x) / np.mean(base))

@@ -6,8 +6,9 @@ REFERENCE_SWEEP = f"{FIGURES['reference_sweep']}/summary.json" if FIGURES["refer
 def sweep_opts():
     """`ostinato sweep` options from the `sweep` config section."""
     s = SWEEP
+    prefixes = s["prefix"] if isinstance(s["prefix"], list) else [s["prefix"]]
     return (f"--engines {','.join(s['engines'])} --baseline {s['engines'][0]} --resident-share {s['resident_share']} "
-            f"--upload-min {s['upload_min']} --prefix {s['prefix']} --sizes {','.join(str(n) for n in s['sizes'])} "
+            f"--upload-min {s['upload_min']} --prefix {','.join(str(p) for p in prefixes)} --sizes {','.join(str(n) for n in s['sizes'])} "
             f"--decode {s['decode']} --reps {s['reps']} --ctx {s['ctx']}")
 
 
