@@ -92,6 +92,33 @@ def test_allclose_failure_of_the_shipped_rerun() -> None:
     assert (f["columns"], f["rows"]) == (4, 10)
 
 
+def test_server_decodes_and_the_overlap_bound(tmp_path: Path) -> None:
+    """A gzipped server log's decode requests (the server's ms per token), and issue 14's bound worked by hand."""
+    import gzip
+    import json
+
+    line = "slot print_timing: id  0 | task {t} |        eval time = {ms} ms / {n} tokens ({per} ms per token, 1 t/s)"
+    log = "\n".join([line.format(t=1, ms="0.00", n=1, per="0.00"), line.format(t=2, ms="966.50", n=128, per="7.61"),
+                     line.format(t=3, ms="10.00", n=2, per="10.00")])
+    (tmp_path / "s.log.gz").write_bytes(gzip.compress(log.encode()))
+    f = facts.Facts(docs.Loader(tmp_path, tmp_path))
+    d = f.server_decodes("s.log.gz")
+    assert d["tokens"].tolist() == [128, 2] and d["ms_per_token"].tolist() == [7.61, 10.0]  # a 1-token answer is no decode
+    (tmp_path / "fit.json").write_text(json.dumps({"n_moe_layer": 8, "engine_gpu_branch_ms": 0.1,
+                                                   "engine_alpha_ms": 0.05, "engine_beta_ms": 0.25}))
+    (tmp_path / "summary.json").write_text(json.dumps({"rows": [
+        {"engine": "ostinato", "kind": "decode", "prefix": 64, "median_s": 0.008},
+        {"engine": "ostinato", "kind": "decode", "prefix": 128, "median_s": 0.006}]}))
+    (tmp_path / "cold.json").write_text(json.dumps({"by_prefix": {"64": {"ostinato": {"decode": 1.0}},
+                                                                  "128": {"ostinato": {"decode": 0.1}}}}))
+    b = f.decode_bound("fit.json", "summary.json", "cold.json", 64)
+    # C = 0.05 + 0.25 * 1.0 = 0.3 > G: 8 * 0.1 ms hidden of 8 ms
+    assert b["c_ms"] == pytest.approx(0.3) and b["hidden_ms"] == pytest.approx(0.8) and b["bound_ms"] == pytest.approx(7.2)
+    b = f.decode_bound("fit.json", "summary.json", "cold.json", 128)
+    # C = 0.075 < G: the CPU branch is what hides
+    assert b["hidden_ms"] == pytest.approx(0.6) and b["bound_ms"] == pytest.approx(5.4)
+
+
 def test_op_test_logs_of_the_shipped_calibration() -> None:
     f = _facts("data/reference/h200/calibrate")
     ops = f.backend_ops("test-backend-ops.txt")

@@ -95,7 +95,7 @@ def test_pools_match_stock(engine_variants, model_case, upload_min, path, seed):
 
 def _node_order(log: str, layer: int) -> dict[str, list]:
     """Positions, in the scheduler's node list of the last graph the log prints (GGML_SCHED_DEBUG=2, -lv 5), of one layer's
-    node that hands the cold inputs to the CPU and of its MUL_MAT_IDs by branch (the ids they read); and, for each,
+    node that hands the cold inputs to the CPU and of its MUL_MAT_IDs by branch (the experts they read); and, for each,
     its split as (index, backend, inputs copied in at the split's start)."""
     graph = log.split("## SPLIT #0")[-1]
     order: dict[str, list] = {k: [] for k in ("cold_in", "hot", "cold", "cold_in_split", "hot_split", "cold_split")}
@@ -108,9 +108,13 @@ def _node_order(log: str, layer: int) -> dict[str, list]:
         if not m:
             continue
         pos, op, name = int(m[1]), m[2], m[3]
+        # a branch's MUL_MAT_IDs by the experts they multiply: the layer's own host tensors (blk.<il>.ffn_*_exps) for
+        # the cold routes, a pool's for the hot ones (the log cuts source names at 20 characters, and on a GPU build
+        # names a copied-in source "<backend>#<name>", so the ids' names cannot tell the branches apart)
+        ours = op == "MUL_MAT_ID" and re.fullmatch(rf"ffn_moe_\w+-{layer}", name)
         kind = ("cold_in" if name == f"ffn_moe_cold_in-{layer}" else
-                "hot" if op == "MUL_MAT_ID" and f"ffn_moe_ids_hot-{layer} " in line else
-                "cold" if op == "MUL_MAT_ID" and f"ffn_moe_ids_cold-{layer} " in line else None)
+                "cold" if ours and f"blk.{layer}.ffn_" in line else
+                "hot" if ours and re.search(r"\spool\d+\.", line) else None)
         if kind:
             order[kind].append(pos)
             order[f"{kind}_split"].append((split[0], split[1], int(split[2])))

@@ -3,6 +3,7 @@
 # holds every default: the Snakefile's `validate` filled them in from workflow/schemas/config.schema.yaml.
 import json
 import re
+import shlex
 import socket
 import sys
 from pathlib import Path

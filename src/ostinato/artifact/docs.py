@@ -9,6 +9,7 @@ cannot drift from its data, and a change of data shows up as a change of the doc
 
 from __future__ import annotations
 
+import gzip
 import json as _json
 import math
 import re
@@ -31,6 +32,7 @@ TEMPLATES: dict[str, str] = {
     "data/reference/h200/ablation/README.md.j2": "data/reference/h200/ablation/README.md",
     "data/reference/h200/qwen/README.md.j2": "data/reference/h200/qwen/README.md",
     "data/reference/h200/baselines/README.md.j2": "data/reference/h200/baselines/README.md",
+    "data/reference/h200/decode/README.md.j2": "data/reference/h200/decode/README.md",
     "data/reference/cpu-2c/README.md.j2": "data/reference/cpu-2c/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
@@ -154,7 +156,10 @@ class Loader:
         return _yaml.safe_load(self.path(rel).read_text(encoding="utf-8"))
 
     def text(self, rel: str) -> str:
-        return self.path(rel).read_text(encoding="utf-8")
+        """A text file's content; a `.gz` file is read decompressed (shipped server logs)."""
+        p = self.path(rel)
+        return (gzip.decompress(p.read_bytes()).decode("utf-8", errors="replace") if p.suffix == ".gz"
+                else p.read_text(encoding="utf-8"))
 
     def grep(self, rel: str, pattern: str, group: int = 1) -> str:
         """The first match of `pattern` in a text file (its `group`), an error naming the file when there is none."""

@@ -188,6 +188,33 @@ class Facts:
         """The rows of an `ostinato sweep` summary.json (one per engine, kind and size)."""
         return pd.DataFrame(self.ld.json(summary)["rows"])
 
+    def server_decodes(self, log: str) -> pd.DataFrame:
+        """The decode requests a llama-server log reports, in order (`eval time = X ms / N tokens (Y ms per token`
+        with N > 1): tokens and the server's own ms per token (a sweep's decode requests after each prefix, rep by
+        rep)."""
+        rows = [(int(n), float(per)) for n, per in
+                re.findall(r"\|\s+eval time =\s+[\d.]+ ms /\s+(\d+) tokens \(\s*([\d.]+) ms per token",
+                           self.ld.text(log)) if int(n) > 1]
+        if not rows:
+            raise ValueError(f"{log}: no decode request (`eval time = ... / N tokens`, N > 1)")
+        return pd.DataFrame(rows, columns=["tokens", "ms_per_token"])
+
+    def decode_bound(self, fit_json: str, summary_json: str, cold_json: str, prefix: int,
+                     engine: str = "ostinato") -> dict:
+        """Issue 14's per-step bound of overlapped branches: the in-turn engine's measured decode step less what
+        overlapping can hide, L·min(G, C) with the engine timers' G and C = α + β·µ (µ the sweep's cold routes per
+        token and layer in decode after `prefix`)."""
+        fit, summ, cold = self.ld.json(fit_json), self.ld.json(summary_json), self.ld.json(cold_json)
+        step = next(1e3 * r["median_s"] for r in summ["rows"]
+                    if r["engine"] == engine and r["kind"] == "decode" and r.get("prefix") == prefix)
+        mu = float(cold["by_prefix"][str(prefix)][engine]["decode"])
+        g = float(fit["engine_gpu_branch_ms"])
+        c = float(fit["engine_alpha_ms"]) + float(fit["engine_beta_ms"]) * mu
+        n_layer = int(fit["n_moe_layer"])
+        hide = n_layer * min(g, c)
+        return {"inturn_ms": step, "mu": mu, "g_ms": g, "c_ms": c, "cpu_ms": n_layer * c, "hidden_ms": hide,
+                "bound_ms": step - hide}
+
     def upload_passes(self, log_txt: str) -> pd.DataFrame:
         """The engine's `upload pass` log lines in a text file: routes, experts, bytes, ms and GB/s of each."""
         from ostinato.calibrate.run import upload_passes

@@ -8,7 +8,8 @@ def calibrate_opts():
     return (f"--reps {c['reps']} --decode {c['decode']} --decode-prompt {c['decode_prompt']} "
             f"--split-sizes {','.join(str(n) for n in c['split_sizes'])} --upload-size {c['upload_size']} "
             f"--upload-min {c['upload_min']} --resident-share {c['resident_share']} "
-            f"--base-profile {c['base_profile']} --base-model {c['base_model']} --ctx {c['ctx']}")
+            f"--base-profile {c['base_profile']} --base-model {c['base_model']} --ctx {c['ctx']}"
+            + "".join(f" --server-arg={shlex.quote(a)}" for a in c["server_args"]))
 
 
 def calibrate_sources():

@@ -9,7 +9,8 @@ def sweep_opts():
     prefixes = s["prefix"] if isinstance(s["prefix"], list) else [s["prefix"]]
     return (f"--engines {','.join(s['engines'])} --baseline {s['engines'][0]} --resident-share {s['resident_share']} "
             f"--upload-min {s['upload_min']} --prefix {','.join(str(p) for p in prefixes)} --sizes {','.join(str(n) for n in s['sizes'])} "
-            f"--decode {s['decode']} --reps {s['reps']} --ctx {s['ctx']}")
+            f"--decode {s['decode']} --reps {s['reps']} --ctx {s['ctx']}"
+            + "".join(f" --server-arg={shlex.quote(a)}" for a in s["server_args"]))
 
 
 def sweep_targets():
