@@ -20,13 +20,17 @@
 # experts with native prefill, + overlapped branches, + 5,702 experts and the prefill paths, and the full decode
 # path) beside every series that has engines standing for its steps: the simulator's policies (`llama.cpp-layers` 1,
 # `llama.cpp-expert-cache` 2, `ostinato-native-prefill` 3, `ostinato-native-prefill-overlap` 4, `ostinato` 5) and this run's replayed
-# engines where their names are those steps (`llama.cpp-layers` 1, `ostinato-native-prefill` 3: resident experts
-# with llama.cpp's native prefill, its two branches in turn; `ostinato` 5; the engine has no expert cache and no
-# overlapped branches, steps 2 and 4). Each step's total, prefill and decode time relative to step 1 of its own
-# series. Then what the size-dependent prefill paths change on their own (the paper's screening panel, steps 3 → 4:
-# prefill −47% with decode unchanged) for every series that has both configurations. The paper's screening panel
-# (a) and decode-step panel (c) are listed as the paper gives them. Writes `tables/<stem>.{csv,md}` (panel b),
-# `tables/<stem>_prefill_paths.{csv,md}`, `tables/<stem>_paper_ac.{csv,md}` and `figures/<stem>.{pdf,png}`.
+# engines where their names are those steps (`llama.cpp-layers` 1, `llama.cpp-expert-cache` 2: the expert cache's
+# policy on this engine's pools, `ostinato-native-prefill` 3: resident experts with llama.cpp's native prefill, its
+# two branches in turn, `ostinato-native-prefill-overlap` 4: the same with the branches overlapped through llama.cpp's
+# scheduler, `ostinato` 5). Each step's total, prefill and decode time relative to step 1 of its own series. Then
+# what the size-dependent prefill paths change on their own (the paper's screening panel, steps 3 → 4: prefill −47%
+# with decode unchanged) for every series that has both configurations, and the decode steps of panel (c): the
+# paper's beside the decode TPOT of the engine presets that stand for them in the shipped H200 sweep (branches in
+# turn, overlapped; one graph per GPU and borrowed memory are not built). The paper's screening panel (a) and
+# panel (c) are also listed as the paper gives them. Writes `tables/<stem>.{csv,md}` (panel b),
+# `tables/<stem>_prefill_paths.{csv,md}`, `tables/<stem>_decode_steps.{csv,md}`, `tables/<stem>_paper_ac.{csv,md}`
+# and `figures/<stem>.{pdf,png}`.
 
 # %% tags=["parameters"]
 output_stem = "table8"
@@ -64,6 +68,20 @@ table
 paths = R.prefill_paths(compared, paper / "table8_ablation.csv")
 nb.save_table(paths, "_prefill_paths")
 paths
+
+# %% [markdown]
+# ## Figure 8c: decode steps
+# The paper's decode step per configuration (relative to its buun baseline) and, per sweep of `decode_sweeps`, the
+# decode TPOT of the presets standing for a step after each prefix (relative to whole-layer placement, 95% interval
+# over the sweep's rounds). Step 0 is this engine's in-turn order, a step before the paper's first.
+
+# %%
+import json
+
+sweeps = {label: json.loads(Path(path).read_text()) for label, path in nb.params.decode_sweeps.items()}
+steps8c = R.decode_steps(sweeps, paper / "table8_ablation.csv")
+nb.save_table(steps8c, "_decode_steps")
+steps8c
 
 # %% [markdown]
 # ## Figure 8: prefill and decode per step, relative to layer placement

@@ -269,6 +269,25 @@ def test_paper_tables_line_up():
     assert len(R.paper_table7(PAPER / "table7_ttft_by_kind.csv")) == 30
 
 
+def test_decode_steps_beside_the_paper():
+    """Figure 8c: the paper's decode steps relative to its buun, and a sweep's presets relative to its baseline."""
+    sweep = {"meta": {"prefix": 64}, "rows": [
+        {"engine": "llama.cpp-layers", "kind": "decode", "n_new": "", "median_s": 0.010},
+        {"engine": "ostinato", "kind": "decode", "n_new": "", "median_s": 0.008, "ratio_to": "llama.cpp-layers",
+         "ratio": 0.8, "ratio_ci_low": 0.7, "ratio_ci_high": 0.9},
+        {"engine": "ostinato-overlap", "kind": "decode", "prefix": 128, "n_new": "", "median_s": 0.007},
+        {"engine": "ostinato", "kind": "prefill", "n_new": 128, "median_s": 0.5},
+        {"engine": "buun", "kind": "decode", "n_new": "", "median_s": 0.009}]}
+    t = R.decode_steps({"measured (m)": sweep}, PAPER / "table8_ablation.csv")
+    paper = t[(t["series"] == "paper") & (t["workload"] == "SWE held-out")].set_index("step")
+    assert paper.loc[4, "decode_step_ms"] == 25.63 and paper.loc[4, "ratio"] == pytest.approx(25.63 / 28.65)
+    m = t[t["series"] == "measured (m)"].set_index("engine")
+    assert len(m) == 3  # no prefill row, no preset that stands for no step
+    row = m.loc["ostinato: two branches in turn, per-segment graphs"]
+    assert (row["step"], row["prefix"], row["decode_step_ms"], row["ratio"]) == (0, 64, 8.0, 0.8)
+    assert m.loc["ostinato-overlap: two branches with per-segment graphs", "prefix"] == 128  # the row's own prefix
+
+
 def test_series_palette():
     labels = ["paper", "measured (a)", "measured (b)", "simulated (p)"]
     pal = series_palette(labels)
@@ -338,7 +357,8 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     common = {"measured_sessions": [str(s)], "measured_requests": [str(r)], "sim_sessions": [str(ss)],
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
-              "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables")}
+              "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
+              "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/decode/sweep/summary.json")}}
     fit = {"n_moe_layer": 2, "k": 2, "tpot_ms": {"0": 5.0, "1": 5.6, "2": 6.0}, "beta_ms": 0.1,
            "alpha_minus_gamma0_ms": 0.2, "decode_fit_residual_ms": 0.0, "cpu_route_ms": 0.1,
            "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}
@@ -387,6 +407,9 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     assert (vm["completed"] == 2).all() and (vm["forced_match_pct"] == 100).all() and (vm["foreign_load_sessions"] == 0).all()
     assert (t3.loc[t3["role"] == "speed", "series"] != "measured (vm)").all() and (t3["series"] == "paper").any()
     assert "measured (vm)" not in set(pd.read_csv(tmp_path / "cpu_tables" / "fig1.csv")["series"])
+    d8 = pd.read_csv(tmp_path / "tables" / "table8_decode_steps.csv")
+    assert set(d8["series"]) == {"paper", "measured (h200, reference)"}
+    assert set(d8.loc[d8["series"] != "paper", "prefix"]) == {3072, 8192}
     pred = pd.read_csv(tmp_path / "tables" / "predicted.csv")
     assert pred[pred["series"] == "simulated (test calibration)"]["predicted_ms"].notna().sum() == 2
     cal = pd.read_csv(tmp_path / "tables" / "calibrate.csv").set_index("series")

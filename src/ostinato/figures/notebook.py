@@ -46,6 +46,10 @@ class ResultParams:
     n_resamples: int = 9999              # bootstrap resamples of the saved share's 95% CI
     ci_seed: int = 0
     workload: str = "tau2"               # Table 4: the paper's workload shown ("tau2", Table 4's, or "SWE")
+    # Table 8c: sweeps (`ostinato sweep` summary.json) whose decode TPOT measures the decode steps, as
+    # {series label: path}; a CPU-only machine's sweep is no speed measurement and is not listed by default
+    decode_sweeps: dict[str, str] = field(default_factory=lambda: {
+        "measured (h200, reference)": "data/reference/h200/decode/sweep/summary.json"})
     figures_dir: str = "figures"
     tables_dir: str = "tables"
 

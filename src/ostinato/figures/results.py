@@ -277,6 +277,42 @@ def ablation(table: pd.DataFrame, steps: dict[str, int] | None = None) -> pd.Dat
                                        "decode_s", "total_rel_step1", "prefill_rel_step1", "decode_rel_step1"])
 
 
+# the engine presets that stand for Figure 8c's decode steps in a sweep, with the paper's configuration they match
+# (the paper's step 1 overlaps its two branches through per-segment graphs; this engine's in-turn order is a step
+# before it, and its later steps, one graph per GPU and borrowed memory, are not built)
+DECODE_STEP = {"llama.cpp-layers": (0, "layer placement"),
+               "ostinato": (0, "two branches in turn, per-segment graphs"),
+               "ostinato-overlap": (1, "two branches with per-segment graphs")}
+
+
+def decode_steps(sweeps: dict[str, dict], table8_csv: str | Path) -> pd.DataFrame:
+    """Figure 8c's decode step times: the paper's panel c (relative to its buun baseline) and, for each labelled
+    sweep summary (`ostinato sweep`'s summary.json), the decode TPOT of the presets that stand for a step, per
+    prefix, relative to the sweep's baseline (whole-layer placement) with its 95% interval."""
+    t8 = pd.read_csv(table8_csv)
+    c = t8[t8["panel"] == "c"]
+    rows = []
+    for wl, g in c.groupby("workload", sort=False):
+        base = float(g.loc[g["config"] == "buun", "decode_step_ms"].iloc[0])
+        for _, r in g.iterrows():
+            rows.append({"series": PAPER, "workload": wl, "prefix": np.nan, "step": int(r["step"]), "engine": r["config"],
+                         "decode_step_ms": float(r["decode_step_ms"]), "ratio_to": "buun",
+                         "ratio": float(r["decode_step_ms"]) / base, "ratio_ci_low": np.nan, "ratio_ci_high": np.nan})
+    for label, doc in sweeps.items():
+        meta = doc.get("meta", {})
+        for r in doc["rows"]:
+            if r["kind"] != "decode" or r["engine"] not in DECODE_STEP:
+                continue
+            step, what = DECODE_STEP[r["engine"]]
+            rows.append({"series": label, "workload": "forced routing (sweep)",
+                         "prefix": r.get("prefix", meta.get("prefix")), "step": step,
+                         "engine": f"{r['engine']}: {what}", "decode_step_ms": 1e3 * float(r["median_s"]),
+                         "ratio_to": r.get("ratio_to"), "ratio": r.get("ratio", np.nan),
+                         "ratio_ci_low": r.get("ratio_ci_low", np.nan), "ratio_ci_high": r.get("ratio_ci_high", np.nan)})
+    return pd.DataFrame(rows, columns=["series", "workload", "prefix", "step", "engine", "decode_step_ms", "ratio_to",
+                                       "ratio", "ratio_ci_low", "ratio_ci_high"])
+
+
 def paper_ablation(table8_csv: str | Path, panel: str = "b") -> pd.DataFrame:
     """The paper's Table 8 panel a or b in `ablation`'s columns (the step's configuration as `engine`)."""
     t8 = pd.read_csv(table8_csv)
