@@ -372,10 +372,9 @@ def predict_sweep(fit: dict, summary: dict, cold: dict, engine: str = "ostinato"
     meta = summary.get("meta", {})
     upload_min = int(meta["upload_min"])
 
-    def cold_of(prefix) -> dict:
+    def cold_of(prefix: int | None) -> dict:
         """The engine's cold routes after this row's prefix (a sweep of one prefix records only `placements`)."""
-        by = cold.get("by_prefix", {}).get(str(prefix), cold.get("placements", {})) if prefix is not None \
-            else cold.get("placements", {})
+        by = cold.get("by_prefix", {}).get(str(prefix)) or cold.get("placements", {})
         c = by.get(engine) or meta.get("cold", {}).get(engine)
         if c is None:
             raise ValueError(f"cold routes of engine {engine!r} not in cold.json (engines: {list(by)})")
