@@ -162,6 +162,25 @@ def test_overlapped_branches_compute_bitwise_what_in_turn_computes(engine_varian
         assert c_b == "CPU" and c_n >= 1, seq
 
 
+def test_node_order_of_the_shipped_cuda_logs():
+    """The scheduler's listing on the H200 (data/reference/h200/decode/tests-cuda-logs/, qwen3moe, static plan): in
+    the overlapped order the GPU branch is a CUDA split between the CPU split that copies the cold inputs in and the
+    cold routes' CPU split, which copies nothing in; in turn, the cold routes' split copies its inputs in."""
+    import gzip
+
+    logs = Path(__file__).resolve().parents[1] / "data/reference/h200/decode/tests-cuda-logs"
+    seq, ovl = (_node_order(gzip.decompress((logs / f"server-branches-{b}-static.log.gz").read_bytes()).decode(
+        "utf-8", errors="replace"), 2) for b in ("inturn", "overlap"))
+    assert seq["hot"] and seq["cold"] and not seq["cold_in"] and max(seq["hot"]) < min(seq["cold"])
+    assert len(ovl["cold_in"]) == 1 and ovl["cold_in"][0] < min(ovl["hot"]) and max(ovl["hot"]) < min(ovl["cold"])
+    (ci, ci_b, ci_n), = set(ovl["cold_in_split"])
+    (c, c_b, c_n), = set(ovl["cold_split"])
+    assert ci_b == c_b == "CPU" and ci_n >= 1 and c_n == 0
+    assert all(ci < h < c and b.startswith("CUDA") for h, b, _ in ovl["hot_split"])
+    (c, c_b, c_n), = set(seq["cold_split"])
+    assert c_b == "CPU" and c_n >= 1
+
+
 def _timings(srv: LlamaServer, after_pass: int = 0) -> dict:
     r = srv.client.get(f"{srv.base_url}/residency", params={"after_pass": after_pass})
     r.raise_for_status()
