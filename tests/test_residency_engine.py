@@ -147,17 +147,23 @@ def test_overlapped_branches_compute_bitwise_what_in_turn_computes(engine_varian
         orders[branches] = _node_order(log, shape.moe_layers()[2])
     assert outs["overlap"]["tokens"] == outs["inturn"]["tokens"]
     assert np.array_equal(_probs(outs["overlap"]), _probs(outs["inturn"]))
-    seq, ovl = orders["inturn"], orders["overlap"]
+    _assert_branch_orders(orders["inturn"], orders["overlap"])
+
+
+def _assert_branch_orders(seq: dict[str, list], ovl: dict[str, list], gpu: bool | None = None) -> None:
+    """The in-turn (`seq`) and overlapped (`ovl`) orders of one layer's split path, from `_node_order`. On a GPU build
+    (`gpu` None: the hot branch's split says) the GPU branch is a split of its own between the CPU split that copies
+    the cold inputs in and the CPU split of the cold routes, which copies nothing (so nothing waits for the GPU
+    before it computes); in turn, the cold routes' split copies its inputs in: it starts after the GPU branch."""
     assert seq["hot"] and seq["cold"] and not seq["cold_in"] and max(seq["hot"]) < min(seq["cold"])
     assert len(ovl["cold_in"]) == 1 and ovl["cold_in"][0] < min(ovl["hot"]) and max(ovl["hot"]) < min(ovl["cold"])
-    if any(b != "CPU" for _, b, _ in ovl["hot_split"]):
-        # a GPU build: the GPU branch is a split of its own between the CPU split that copies the cold inputs in and
-        # the CPU split of the cold routes, which copies nothing (so nothing waits for the GPU before it computes)
+    if gpu is None:
+        gpu = any(b != "CPU" for _, b, _ in ovl["hot_split"])
+    if gpu:
         (ci, ci_b, ci_n), = set(ovl["cold_in_split"])
         (c, c_b, c_n), = set(ovl["cold_split"])
         assert ci_b == c_b == "CPU" and ci_n >= 1 and c_n == 0, ovl
         assert all(ci < h < c and b != "CPU" for h, b, _ in ovl["hot_split"]), ovl
-        # in turn, the cold routes' split copies its inputs in: it starts after the GPU branch has finished
         (c, c_b, c_n), = set(seq["cold_split"])
         assert c_b == "CPU" and c_n >= 1, seq
 
@@ -171,14 +177,8 @@ def test_node_order_of_the_shipped_cuda_logs():
     logs = Path(__file__).resolve().parents[1] / "data/reference/h200/decode/tests-cuda-logs"
     seq, ovl = (_node_order(gzip.decompress((logs / f"server-branches-{b}-static.log.gz").read_bytes()).decode(
         "utf-8", errors="replace"), 2) for b in ("inturn", "overlap"))
-    assert seq["hot"] and seq["cold"] and not seq["cold_in"] and max(seq["hot"]) < min(seq["cold"])
-    assert len(ovl["cold_in"]) == 1 and ovl["cold_in"][0] < min(ovl["hot"]) and max(ovl["hot"]) < min(ovl["cold"])
-    (ci, ci_b, ci_n), = set(ovl["cold_in_split"])
-    (c, c_b, c_n), = set(ovl["cold_split"])
-    assert ci_b == c_b == "CPU" and ci_n >= 1 and c_n == 0
-    assert all(ci < h < c and b.startswith("CUDA") for h, b, _ in ovl["hot_split"])
-    (c, c_b, c_n), = set(seq["cold_split"])
-    assert c_b == "CPU" and c_n >= 1
+    assert all(b.startswith("CUDA") for _, b, _ in ovl["hot_split"])
+    _assert_branch_orders(seq, ovl, gpu=True)
 
 
 def _timings(srv: LlamaServer, after_pass: int = 0) -> dict:

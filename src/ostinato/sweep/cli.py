@@ -38,8 +38,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     prefixes = int_list(args.prefix, "--prefix", minimum=1)
     if len(set(prefixes)) != len(prefixes):
         raise ValueError(f"--prefix {args.prefix!r}: each prefix length once")
-    plan = BenchPlan(prefixes, int_list(args.sizes, "--sizes", minimum=1),
-                     args.decode, args.reps,
+    plan = BenchPlan(prefixes, int_list(args.sizes, "--sizes", minimum=1), args.decode, args.reps,
                      vocab_hi=vocab_hi, seed=args.seed)
     profile = PROFILES[args.routing_profile]
 
@@ -108,7 +107,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                                "n_decode": plan.n_decode, "reps": plan.reps, "upload_min": args.upload_min,
                                                "resident_share": args.resident_share, "budget_bytes": budget.budget_bytes,
                                                "engines": args.engines, "routing_profile": args.routing_profile,
-                                               "cold": cold, "cold_by_prefix": by_prefix})
+                                               "cold": cold})
     for r in summ:
         print(json.dumps(r))
     return 0
