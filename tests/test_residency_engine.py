@@ -93,18 +93,37 @@ def test_pools_match_stock(engine_variants, model_case, upload_min, path, seed):
     np.testing.assert_allclose(_probs(out), _probs(ref), rtol=1e-4 if cpu else 1e-3, atol=1e-6 if cpu else 1e-3)
 
 
-def _node_order(log: str, layer: int) -> dict[str, list]:
-    """Positions, in the scheduler's node list of the last graph the log prints (GGML_SCHED_DEBUG=2, -lv 5), of one layer's
-    node that hands the cold inputs to the CPU and of its MUL_MAT_IDs by branch (the experts they read); and, for each,
-    its split as (index, backend, inputs copied in at the split's start)."""
+_NODE = re.compile(r"node #\s*(\d+) \(\s*(\S+)\):\s*(\S+)")  # (after the log's timestamp)
+_SPLIT = re.compile(r"## SPLIT #(\d+): (\S+) # (\d+) inputs")
+
+
+def _listing(log: str) -> list[tuple]:
+    """The last graph the log prints (GGML_SCHED_DEBUG=2, -lv 5) as its splits (index, backend, inputs copied in at the
+    split's start) and nodes (position, op, name), in order."""
     graph = log.split("## SPLIT #0")[-1]
-    order: dict[str, list] = {k: [] for k in ("cold_in", "hot", "cold", "cold_in_split", "hot_split", "cold_split")}
+    out: list[tuple] = [("split", 0, *re.match(r":\s*(\S+) # (\d+) inputs", graph).groups())]
+    for line in graph.splitlines()[1:]:
+        h, m = _SPLIT.search(line), _NODE.search(line)
+        if h:
+            out.append(("split", int(h[1]), h[2], h[3]))
+        elif m:
+            out.append(("node", int(m[1]), m[2], m[3]))
+    return out
+
+
+def _node_order(log: str, layer: int) -> dict[str, list]:
+    """Positions, in the scheduler's node list of the last graph the log prints, of one layer's split-path CPU nodes
+    (cold_in, hot_wait, cold_done) and of its MUL_MAT_IDs by branch (the experts they read); and, for each, its split as
+    (index, backend, inputs copied in at the split's start)."""
+    graph = log.split("## SPLIT #0")[-1]
+    kinds = ("cold_in", "hot_wait", "cold_done", "hot", "cold")
+    order: dict[str, list] = {k: [] for k in (*kinds, *(f"{k}_split" for k in kinds))}
     split = (0, *re.match(r":\s*(\S+) # (\d+) inputs", graph).groups())
     for line in graph.splitlines():
-        h = re.search(r"## SPLIT #(\d+): (\S+) # (\d+) inputs", line)
+        h = _SPLIT.search(line)
         if h:
             split = (int(h[1]), h[2], int(h[3]))
-        m = re.search(r"node #\s*(\d+) \(\s*(\S+)\):\s*(\S+)", line)  # (after the log's timestamp)
+        m = _NODE.search(line)
         if not m:
             continue
         pos, op, name = int(m[1]), m[2], m[3]
@@ -112,7 +131,8 @@ def _node_order(log: str, layer: int) -> dict[str, list]:
         # the cold routes, a pool's for the hot ones (the log cuts source names at 20 characters, and on a GPU build
         # names a copied-in source "<backend>#<name>", so the ids' names cannot tell the branches apart)
         ours = op == "MUL_MAT_ID" and re.fullmatch(rf"ffn_moe_\w+-{layer}", name)
-        kind = ("cold_in" if name == f"ffn_moe_cold_in-{layer}" else
+        node = re.fullmatch(rf"ffn_moe_(cold_in|hot_wait|cold_done)-{layer}", name)
+        kind = (node[1] if node else
                 "cold" if ours and f"blk.{layer}.ffn_" in line else
                 "hot" if ours and re.search(r"\spool\d+\.", line) else None)
         if kind:
@@ -123,14 +143,15 @@ def _node_order(log: str, layer: int) -> dict[str, list]:
 
 @pytest.mark.parametrize("policy", ["static", "decay"])
 def test_overlapped_branches_compute_bitwise_what_in_turn_computes(engine_variants, model_case, policy):
-    """--residency-branches overlap changes only the order of the split path's nodes: the cold inputs go to the CPU
-    before the GPU branch, the cold routes are computed after it. Same plan, routing and policy: the same tokens and
-    bitwise the same probabilities as in turn, and the graph the scheduler runs is ordered as the overlap needs."""
+    """--residency-branches overlap changes only whether the CPU waits for the GPU branch before it computes the cold
+    routes: the scheduler runs the same graph in both orders, node for node and split for split, ordered as the overlap
+    needs (cold inputs to the CPU, GPU branch, the wait, cold routes). Same plan, routing and policy: the same tokens and
+    bitwise the same probabilities."""
     model, shape, trace, _, tmp = model_case
     plan = tmp / "plan-overlap.json"
     write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 5)))
     pol = ("--residency-policy", policy) if policy != "static" else ()
-    outs, orders = {}, {}
+    outs, orders, listings = {}, {}, {}
     for branches in ("inturn", "overlap"):
         name = f"branches-{branches}-{policy}"
         cfg = ServerConfig(binary=engine_variants["ostinato"] / "llama-server", model=model,
@@ -145,40 +166,47 @@ def test_overlapped_branches_compute_bitwise_what_in_turn_computes(engine_varian
         # a layer with some resident and some cold experts (the plan's first MoE layer is all resident, the second
         # has nothing resident)
         orders[branches] = _node_order(log, shape.moe_layers()[2])
+        listings[branches] = _listing(log)
     assert outs["overlap"]["tokens"] == outs["inturn"]["tokens"]
     assert np.array_equal(_probs(outs["overlap"]), _probs(outs["inturn"]))
-    _assert_branch_orders(orders["inturn"], orders["overlap"])
+    assert listings["overlap"] == listings["inturn"] and len(listings["inturn"]) > 20
+    for order in orders.values():
+        _assert_branch_order(order)
 
 
-def _assert_branch_orders(seq: dict[str, list], ovl: dict[str, list], gpu: bool | None = None) -> None:
-    """The in-turn (`seq`) and overlapped (`ovl`) orders of one layer's split path, from `_node_order`. On a GPU build
-    (`gpu` None: the hot branch's split says) the GPU branch is a split of its own between the CPU split that copies
-    the cold inputs in and the CPU split of the cold routes, which copies nothing (so nothing waits for the GPU
-    before it computes); in turn, the cold routes' split copies its inputs in: it starts after the GPU branch."""
-    assert seq["hot"] and seq["cold"] and not seq["cold_in"] and max(seq["hot"]) < min(seq["cold"])
-    assert len(ovl["cold_in"]) == 1 and ovl["cold_in"][0] < min(ovl["hot"]) and max(ovl["hot"]) < min(ovl["cold"])
+def _assert_branch_order(o: dict[str, list], gpu: bool | None = None) -> None:
+    """One layer's split path, from `_node_order`: [cold_in] [GPU branch] [hot_wait] [CPU branch] [cold_done]. On a GPU
+    build (`gpu` None: the hot branch's split says) the GPU branch is a split of its own between the CPU split that copies
+    the cold inputs in and the CPU split of hot_wait and the cold routes, which copies nothing in, so the scheduler does
+    not wait for the GPU before it (only hot_wait does, in turn)."""
+    for node in ("cold_in", "hot_wait", "cold_done"):
+        assert len(o[node]) == 1, o
+    assert o["hot"] and o["cold"], o
+    assert o["cold_in"][0] < min(o["hot"]) and max(o["hot"]) < o["hot_wait"][0] < min(o["cold"]), o
+    assert max(o["cold"]) < o["cold_done"][0], o
     if gpu is None:
-        gpu = any(b != "CPU" for _, b, _ in ovl["hot_split"])
+        gpu = any(b != "CPU" for _, b, _ in o["hot_split"])
     if gpu:
-        (ci, ci_b, ci_n), = set(ovl["cold_in_split"])
-        (c, c_b, c_n), = set(ovl["cold_split"])
-        assert ci_b == c_b == "CPU" and ci_n >= 1 and c_n == 0, ovl
-        assert all(ci < h < c and b != "CPU" for h, b, _ in ovl["hot_split"]), ovl
-        (c, c_b, c_n), = set(seq["cold_split"])
-        assert c_b == "CPU" and c_n >= 1, seq
+        (ci, ci_b, ci_n), = set(o["cold_in_split"])
+        (c, c_b, c_n), = set(o["cold_split"]) | set(o["hot_wait_split"])
+        assert ci_b == c_b == "CPU" and ci_n >= 1 and c_n == 0, o
+        assert all(ci < h < c and b != "CPU" for h, b, _ in o["hot_split"]), o
 
 
 def test_node_order_of_the_shipped_cuda_logs():
-    """The scheduler's listing on the H200 (data/reference/h200/decode/tests-cuda-logs/, qwen3moe, static plan): in
-    the overlapped order the GPU branch is a CUDA split between the CPU split that copies the cold inputs in and the
-    cold routes' CPU split, which copies nothing in; in turn, the cold routes' split copies its inputs in."""
+    """The scheduler's listings on the H200 (data/reference/h200/branches/tests-cuda-logs/, qwen3moe, static plan): the
+    same graph in turn and overlapped, and in it the GPU branch is a CUDA split between the CPU split that copies the
+    cold inputs in and the CPU split of hot_wait and the cold routes, which copies nothing in."""
     import gzip
 
-    logs = Path(__file__).resolve().parents[1] / "data/reference/h200/decode/tests-cuda-logs"
-    seq, ovl = (_node_order(gzip.decompress((logs / f"server-branches-{b}-static.log.gz").read_bytes()).decode(
-        "utf-8", errors="replace"), 2) for b in ("inturn", "overlap"))
-    assert all(b.startswith("CUDA") for _, b, _ in ovl["hot_split"])
-    _assert_branch_orders(seq, ovl, gpu=True)
+    logs = Path(__file__).resolve().parents[1] / "data/reference/h200/branches/tests-cuda-logs"
+    text = {b: gzip.decompress((logs / f"server-branches-{b}-static.log.gz").read_bytes()).decode("utf-8", errors="replace")
+            for b in ("inturn", "overlap")}
+    assert _listing(text["inturn"]) == _listing(text["overlap"])
+    for log in text.values():
+        order = _node_order(log, 2)
+        assert all(b.startswith("CUDA") for _, b, _ in order["hot_split"])
+        _assert_branch_order(order, gpu=True)
 
 
 def _timings(srv: LlamaServer, after_pass: int = 0) -> dict:

@@ -554,23 +554,25 @@ static void residency_cold_inputs(ggml_tensor * out, const ggml_tensor * ids, in
     }
 }
 
-// the node that hands the cold branch's inputs to the CPU (overlapped branches): it computes nothing, but it is a
-// CPU-only op (GGML_OP_CUSTOM), so the scheduler copies its sources to the CPU when it reaches it, and the cold
-// branch, placed after the GPU branch in the graph, reads those copies without another copy or synchronization
+// the split path's three CPU nodes (CPU-only GGML_OP_CUSTOM nodes that compute nothing; every thread of the CPU backend
+// calls them, thread 0 acts), in the graph order [cold_in] [GPU branch] [hot_wait] [CPU branch] [cold_done] [sum] of
+// every split-path pass, whatever the branch order and the timers: the same nodes in the same order, so the scheduler
+// makes the same splits and the graph allocator the same placements, and the orders compute bitwise the same.
+// - cold_in takes the cold branch's inputs and ids: the scheduler copies them to the CPU when it reaches it (waiting for
+//   the GPU up to the router), and the cold branch, placed after the GPU branch, reads those copies without another
+//   copy or synchronization. Timers: counts the cold routes and stamps t0.
+// - hot_wait reads nothing from the GPU, so the scheduler launches the GPU branch asynchronously and goes on to the
+//   CPU split. In turn (or timed) it waits for the GPU's stream, so the CPU branch starts after the GPU branch has
+//   finished; overlapped it returns at once, and the CPU computes the cold routes while the GPU computes the resident
+//   ones. Timers: stamps t1.
+// - cold_done reads the cold branch's output. Timers: stamps t2 and keeps the layer's timing.
 static void residency_cold_in(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    (void) dst; (void) ith; (void) nth; (void) userdata;
-}
-
-// the timers' nodes (CPU-only GGML_OP_CUSTOM nodes; every thread of the CPU backend calls them, thread 0 stamps):
-// the first takes the cold inputs and ids (their
-// copies on the CPU, after the scheduler waited for the GPU), the second a value of the GPU branch's output (the
-// scheduler waits for the GPU branch to copy it), the third the CPU branch's output
-static void residency_timer_start(ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) nth;
-    if (ith != 0) {
+    auto * b = (llama_residency_branch_node *) userdata;
+    if (ith != 0 || b->slot == nullptr) {
         return;
     }
-    auto * s = (llama_residency_timer_slot *) userdata;
+    auto * s = b->slot;
     const ggml_tensor * ids = nullptr;
     for (int i = 0; i < GGML_MAX_SRC && dst->src[i] != nullptr; ++i) {
         ids = dst->src[i]; // the last source: the cold ids, I32 [n_used, n_tokens], -1 for a resident route
@@ -592,20 +594,33 @@ static void residency_timer_start(ggml_tensor * dst, int ith, int nth, void * us
     s->t0_us    = ggml_time_us();
 }
 
-static void residency_timer_gpu_done(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    (void) dst; (void) nth;
-    if (ith == 0) {
-        ((llama_residency_timer_slot *) userdata)->t1_us = ggml_time_us();
-    }
-}
+static ggml_backend_t residency_backend_for(ggml_backend_sched_t sched, ggml_backend_dev_t dev);
 
-static void residency_timer_cpu_done(ggml_tensor * dst, int ith, int nth, void * userdata) {
+static void residency_hot_wait(ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) dst; (void) nth;
+    auto * b = (llama_residency_branch_node *) userdata;
     if (ith != 0) {
         return;
     }
+    if (b->wait && b->inp->sched != nullptr) {
+        ggml_backend_t backend = residency_backend_for(b->inp->sched, b->dev);
+        if (backend != nullptr) {
+            ggml_backend_synchronize(backend);
+        }
+    }
+    if (b->slot != nullptr) {
+        b->slot->t1_us = ggml_time_us();
+    }
+}
+
+static void residency_cold_done(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) dst; (void) nth;
+    auto * b = (llama_residency_branch_node *) userdata;
+    if (ith != 0 || b->slot == nullptr) {
+        return;
+    }
     const int64_t t2_us = ggml_time_us();
-    auto * s = (llama_residency_timer_slot *) userdata;
+    auto * s = b->slot;
     llama_residency_timing r = {};
     r.pass     = s->pass;
     r.layer    = s->layer;
@@ -704,38 +719,33 @@ ggml_tensor * llama_residency_build_moe(
         residency_mark_skip(out_cold, ids_cold, 0, seen);
         ggml_format_name(out_cold, "ffn_moe_cold-%d", il);
         llama_residency_timer_slot * slot = rsd->timers ? &rsd->timers->slots[il] : nullptr;
-        if (rsd->overlap || slot != nullptr) {
-            // overlapped branches: graph order [cold inputs to the CPU] [GPU branch] [CPU branch] [sum]. The scheduler
-            // launches a GPU split asynchronously, then computes the next CPU split on the host, so the CPU computes
-            // the cold routes while the GPU computes the resident ones; in turn (the default), the copy of the cold
-            // inputs at the start of the CPU split waits for the GPU branch to finish.
-            // timers: [cold inputs to the CPU, t0] [GPU branch] [a value of its output to the CPU, t1] [CPU branch, t2]
-            std::vector<ggml_tensor *> in;
-            std::set<ggml_tensor *> seen_in;
-            residency_cold_inputs(out_cold, ids_cold, 0, seen_in, in);
-            in.push_back(ids_cold);
-            if ((int) in.size() <= GGML_MAX_SRC) {
-                ggml_tensor * cold_in = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, in.data(), (int) in.size(),
-                                                       slot ? residency_timer_start : residency_cold_in, 1, slot);
-                ggml_format_name(cold_in, "ffn_moe_cold_in-%d", il);
-                ggml_build_forward_expand(gf, cold_in);
-                ggml_build_forward_expand(gf, out_hot);
-                if (slot != nullptr) {
-                    ggml_tensor * hot_1 = ggml_view_1d(ctx0, out_hot, 1, 0);
-                    ggml_tensor * hot_done = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, &hot_1, 1,
-                                                            residency_timer_gpu_done, 1, slot);
-                    ggml_format_name(hot_done, "ffn_moe_hot_done-%d", il);
-                    ggml_build_forward_expand(gf, hot_done);
-                    ggml_build_forward_expand(gf, out_cold);
-                    ggml_tensor * cold_done = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, &out_cold, 1,
-                                                             residency_timer_cpu_done, 1, slot);
-                    ggml_format_name(cold_done, "ffn_moe_cold_done-%d", il);
-                    ggml_build_forward_expand(gf, cold_done);
-                }
-            } else if (il == rsd->il_first) {
-                LLAMA_LOG_WARN("%s: the cold branch has %zu inputs (more than %d): its branches compute in turn\n",
-                               __func__, in.size(), GGML_MAX_SRC);
-            }
+        // the graph order [cold_in] [GPU branch] [hot_wait] [CPU branch] [cold_done] [sum], for every branch order
+        // and with or without timers (the nodes above); only what hot_wait does differs
+        std::vector<ggml_tensor *> in;
+        std::set<ggml_tensor *> seen_in;
+        residency_cold_inputs(out_cold, ids_cold, 0, seen_in, in);
+        in.push_back(ids_cold);
+        if ((int) in.size() <= GGML_MAX_SRC) {
+            auto * inp = residency_input_get_or_add(res, rsd);
+            inp->branch_nodes.push_back({inp, p.dev, !rsd->overlap || slot != nullptr, slot});
+            void * ud = &inp->branch_nodes.back();
+            ggml_tensor * cold_in = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, in.data(), (int) in.size(),
+                                                   residency_cold_in, 1, ud);
+            ggml_format_name(cold_in, "ffn_moe_cold_in-%d", il);
+            ggml_build_forward_expand(gf, cold_in);
+            ggml_build_forward_expand(gf, out_hot);
+            ggml_tensor * hot_wait = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, &cold_in, 1,
+                                                    residency_hot_wait, 1, ud);
+            ggml_format_name(hot_wait, "ffn_moe_hot_wait-%d", il);
+            ggml_build_forward_expand(gf, hot_wait);
+            ggml_build_forward_expand(gf, out_cold);
+            ggml_tensor * cold_done = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, &out_cold, 1,
+                                                     residency_cold_done, 1, ud);
+            ggml_format_name(cold_done, "ffn_moe_cold_done-%d", il);
+            ggml_build_forward_expand(gf, cold_done);
+        } else if (il == rsd->il_first) {
+            LLAMA_LOG_WARN("%s: the cold branch has %zu inputs (more than %d): its branches compute in turn, untimed\n",
+                           __func__, in.size(), GGML_MAX_SRC);
         }
     } else {
         // upload path: the eval callback copies each distinct cold expert into the staging area once,
@@ -971,11 +981,13 @@ void llama_residency_after_build(
         return;
     }
     auto * inp = residency_input_get(&res);
+    if (inp != nullptr) {
+        inp->sched = sched; // (the split path's hot_wait nodes synchronize its backends)
+    }
     if (inp == nullptr || (inp->upload_nodes.empty() && inp->cache_nodes.empty())) {
         ggml_backend_sched_set_eval_callback(sched, cb_user, cb_user_data);
         return;
     }
-    inp->sched        = sched;
     inp->cb_user      = cb_user;
     inp->cb_user_data = cb_user_data;
     ggml_backend_sched_set_eval_callback(sched, residency_eval_cb, inp);

