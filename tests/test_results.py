@@ -358,7 +358,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
-              "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/decode/sweep/summary.json")}}
+              "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/branches/sweep/summary.json")}}
     fit = {"n_moe_layer": 2, "k": 2, "tpot_ms": {"0": 5.0, "1": 5.6, "2": 6.0}, "beta_ms": 0.1,
            "alpha_minus_gamma0_ms": 0.2, "decode_fit_residual_ms": 0.0, "cpu_route_ms": 0.1,
            "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ostinato.sweep.cold import cold_per_token_layer, whole_layer_hot
-from ostinato.sweep.prefill import BenchPlan, BenchRow, summarize
+from ostinato.sweep.prefill import BenchPlan, BenchRow, read_rows, summarize, write_rows
 from ostinato.routing.trace import RoutingTrace, TraceShape
 
 
@@ -72,6 +72,18 @@ def test_summary_keeps_prefixes_apart():
     assert fast[(64, "prefill", 128)]["ratio"] == pytest.approx(0.5)
     assert fast[(256, "prefill", 128)]["ratio"] == pytest.approx(0.75)
     assert fast[(256, "decode", "")]["reps"] == 4
+
+
+def test_rows_read_back_as_written_and_summarize_against_another_engine(tmp_path):
+    """`read_rows` gives back what `write_rows` wrote (None for empty cells, errors kept), so a run in reversed engine
+    order can be summarized against the first run's baseline from its rows.csv."""
+    rows = _rows("fast", 1.0) + _rows("base", 2.0)
+    rows.append(BenchRow("fast", 9, "prefill", 64, 128, 0, None, None, None, None, None, None, error="HTTP 500"))
+    write_rows(tmp_path / "rows.csv", rows)
+    back = read_rows(tmp_path / "rows.csv")
+    assert back == rows
+    fast = {(r["kind"], r["n_new"]): r for r in summarize(back, "base", n_resamples=200) if r["engine"] == "fast"}
+    assert fast[("prefill", 128)]["ratio"] == pytest.approx(0.5) and fast[("prefill", 128)]["ratio_to"] == "base"
 
 
 @pytest.mark.slow  # papermill starts a kernel

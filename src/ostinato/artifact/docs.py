@@ -33,6 +33,7 @@ TEMPLATES: dict[str, str] = {
     "data/reference/h200/qwen/README.md.j2": "data/reference/h200/qwen/README.md",
     "data/reference/h200/baselines/README.md.j2": "data/reference/h200/baselines/README.md",
     "data/reference/h200/decode/README.md.j2": "data/reference/h200/decode/README.md",
+    "data/reference/h200/branches/README.md.j2": "data/reference/h200/branches/README.md",
     "data/reference/cpu-2c/README.md.j2": "data/reference/cpu-2c/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus

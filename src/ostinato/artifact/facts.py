@@ -188,6 +188,14 @@ class Facts:
         """The rows of an `ostinato sweep` summary.json (one per engine, kind and size)."""
         return pd.DataFrame(self.ld.json(summary)["rows"])
 
+    def sweep_vs(self, rows_csv: str, baseline: str) -> pd.DataFrame:
+        """An `ostinato sweep` run's rows summarized against another engine than its own first one (a run in reversed
+        engine order, compared with the same baseline as the first run), as `summarize` does."""
+        from ostinato.sweep.prefill import read_rows, summarize
+
+        return self._cached(("sweep_vs", rows_csv, baseline), lambda: pd.DataFrame(
+            summarize(read_rows(self.ld.path(rows_csv)), baseline)))
+
     def server_decodes(self, log: str) -> pd.DataFrame:
         """The decode requests a llama-server log reports, in order (`eval time = X ms / N tokens (Y ms per token`
         with N > 1): tokens and the server's own ms per token (a sweep's decode requests after each prefix, rep by

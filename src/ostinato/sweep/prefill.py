@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +131,18 @@ def write_rows(path: Path, rows: list[BenchRow]) -> None:
         w.writeheader()
         for r in rows:
             w.writerow(asdict(r))
+
+
+def read_rows(path: Path) -> list[BenchRow]:
+    """The rows `write_rows` wrote (empty cells are None, `error` stays a string)."""
+    types = {f.name: f.type for f in fields(BenchRow)}
+    conv = {"int": int, "float": float, "int | None": int, "float | None": float}
+    out = []
+    with open(path, newline="") as f:
+        for rec in csv.DictReader(f):
+            out.append(BenchRow(**{k: (v if types[k] == "str" else None if v == "" else conv[types[k]](v))
+                                   for k, v in rec.items()}))
+    return out
 
 
 def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> list[dict]:
