@@ -97,36 +97,36 @@ _NODE = re.compile(r"node #\s*(\d+) \(\s*(\S+)\):\s*(\S+)")  # (after the log's 
 _SPLIT = re.compile(r"## SPLIT #(\d+): (\S+) # (\d+) inputs")
 
 
-def _listing(log: str) -> list[tuple]:
-    """The last graph the log prints (GGML_SCHED_DEBUG=2, -lv 5) as its splits (index, backend, inputs copied in at the
-    split's start) and nodes (position, op, name), in order."""
+def _graph(log: str):
+    """The last graph the log prints (GGML_SCHED_DEBUG=2, -lv 5), in order: ("split", index, backend, inputs copied in
+    at the split's start) and ("node", position, op, name, the whole line)."""
     graph = log.split("## SPLIT #0")[-1]
-    out: list[tuple] = [("split", 0, *re.match(r":\s*(\S+) # (\d+) inputs", graph).groups())]
+    yield ("split", 0, *re.match(r":\s*(\S+) # (\d+) inputs", graph).groups())
     for line in graph.splitlines()[1:]:
         h, m = _SPLIT.search(line), _NODE.search(line)
         if h:
-            out.append(("split", int(h[1]), h[2], h[3]))
+            yield ("split", int(h[1]), h[2], h[3])
         elif m:
-            out.append(("node", int(m[1]), m[2], m[3]))
-    return out
+            yield ("node", int(m[1]), m[2], m[3], line)
+
+
+def _listing(log: str) -> list[tuple]:
+    """The last graph's splits and nodes (position, op, name), as `_graph` gives them, without the lines."""
+    return [e[:4] for e in _graph(log)]
 
 
 def _node_order(log: str, layer: int) -> dict[str, list]:
     """Positions, in the scheduler's node list of the last graph the log prints, of one layer's split-path CPU nodes
     (cold_in, hot_wait, cold_done) and of its MUL_MAT_IDs by branch (the experts they read); and, for each, its split as
     (index, backend, inputs copied in at the split's start)."""
-    graph = log.split("## SPLIT #0")[-1]
     kinds = ("cold_in", "hot_wait", "cold_done", "hot", "cold")
     order: dict[str, list] = {k: [] for k in (*kinds, *(f"{k}_split" for k in kinds))}
-    split = (0, *re.match(r":\s*(\S+) # (\d+) inputs", graph).groups())
-    for line in graph.splitlines():
-        h = _SPLIT.search(line)
-        if h:
-            split = (int(h[1]), h[2], int(h[3]))
-        m = _NODE.search(line)
-        if not m:
+    split = None
+    for e in _graph(log):
+        if e[0] == "split":
+            split = (e[1], e[2], int(e[3]))
             continue
-        pos, op, name = int(m[1]), m[2], m[3]
+        _, pos, op, name, line = e
         # a branch's MUL_MAT_IDs by the experts they multiply: the layer's own host tensors (blk.<il>.ffn_*_exps) for
         # the cold routes, a pool's for the hot ones (the log cuts source names at 20 characters, and on a GPU build
         # names a copied-in source "<backend>#<name>", so the ids' names cannot tell the branches apart)
@@ -137,7 +137,7 @@ def _node_order(log: str, layer: int) -> dict[str, list]:
                 "hot" if ours and re.search(r"\spool\d+\.", line) else None)
         if kind:
             order[kind].append(pos)
-            order[f"{kind}_split"].append((split[0], split[1], int(split[2])))
+            order[f"{kind}_split"].append(split)
     return order
 
 

@@ -594,19 +594,14 @@ static void residency_cold_in(ggml_tensor * dst, int ith, int nth, void * userda
     s->t0_us    = ggml_time_us();
 }
 
-static ggml_backend_t residency_backend_for(ggml_backend_sched_t sched, ggml_backend_dev_t dev);
-
 static void residency_hot_wait(ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) dst; (void) nth;
     auto * b = (llama_residency_branch_node *) userdata;
     if (ith != 0) {
         return;
     }
-    if (b->wait && b->inp->sched != nullptr) {
-        ggml_backend_t backend = residency_backend_for(b->inp->sched, b->dev);
-        if (backend != nullptr) {
-            ggml_backend_synchronize(backend);
-        }
+    if (b->wait && b->backend != nullptr) {
+        ggml_backend_synchronize(b->backend);
     }
     if (b->slot != nullptr) {
         b->slot->t1_us = ggml_time_us();
@@ -727,7 +722,7 @@ ggml_tensor * llama_residency_build_moe(
         in.push_back(ids_cold);
         if ((int) in.size() <= GGML_MAX_SRC) {
             auto * inp = residency_input_get_or_add(res, rsd);
-            inp->branch_nodes.push_back({inp, p.dev, !rsd->overlap || slot != nullptr, slot});
+            inp->branch_nodes.push_back({p.dev, nullptr, !rsd->overlap || slot != nullptr, slot});
             void * ud = &inp->branch_nodes.back();
             ggml_tensor * cold_in = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, in.data(), (int) in.size(),
                                                    residency_cold_in, 1, ud);
@@ -982,12 +977,15 @@ void llama_residency_after_build(
     }
     auto * inp = residency_input_get(&res);
     if (inp != nullptr) {
-        inp->sched = sched; // (the split path's hot_wait nodes synchronize its backends)
+        for (auto & b : inp->branch_nodes) {
+            b.backend = residency_backend_for(sched, b.dev); // the backend the split path's hot_wait synchronizes
+        }
     }
     if (inp == nullptr || (inp->upload_nodes.empty() && inp->cache_nodes.empty())) {
         ggml_backend_sched_set_eval_callback(sched, cb_user, cb_user_data);
         return;
     }
+    inp->sched        = sched;
     inp->cb_user      = cb_user;
     inp->cb_user_data = cb_user_data;
     ggml_backend_sched_set_eval_callback(sched, residency_eval_cb, inp);

@@ -150,14 +150,12 @@ void llama_residency_after_build(
   ggml_backend_sched_eval_callback cb_user,
                        void * cb_user_data);
 
-class llm_graph_input_residency;
-
 // the userdata of one layer's split-path CPU nodes (cold_in, hot_wait, cold_done) in one graph
 struct llama_residency_branch_node {
-    llm_graph_input_residency  * inp  = nullptr; // the graph's: its scheduler, whose backend for dev hot_wait synchronizes
-    ggml_backend_dev_t           dev  = nullptr; // the device of the layer's pool
-    bool                         wait = true;    // in turn (or timed): the CPU branch starts after the GPU branch
-    llama_residency_timer_slot * slot = nullptr; // the layer's timer slot (--residency-timers), else null
+    ggml_backend_dev_t           dev     = nullptr; // the device of the layer's pool
+    ggml_backend_t               backend = nullptr; // the graph's backend for dev (llama_residency_after_build)
+    bool                         wait    = true;    // in turn (or timed): the CPU branch starts after the GPU branch
+    llama_residency_timer_slot * slot    = nullptr; // the layer's timer slot (--residency-timers), else null
 };
 
 // graph input that lists the upload nodes of one graph (the staging ids of each upload layer)

