@@ -348,6 +348,20 @@ def test_result_notebook_parameters_are_checked():
         ResultParams.for_result("table3", {"n_resample": 9})
 
 
+def test_heldout_runs_are_a_series_of_their_own():
+    """The shipped whole held-out sessions (another model, other sessions) are not pooled with the reference runs."""
+    from ostinato.figures.runs import load_series
+
+    h200 = REPO / "data" / "reference" / "h200"
+    runs = load_series([], [], "", [], [], "p", [str(h200 / "compare" / "run1")], "h200", [str(h200 / "heldout" / "run1")])
+    whole = runs.sessions[runs.sessions["series"] == "measured (h200, reference, whole sessions)"]
+    ref = runs.sessions[runs.sessions["series"] == "measured (h200, reference)"]
+    shipped = pd.read_csv(h200 / "heldout" / "run1" / "sessions.csv")
+    assert len(whole) == len(shipped) and {s.split("#")[0] for s in whole["session"]} == set(shipped["session"])
+    assert len(ref) == len(pd.read_csv(h200 / "compare" / "run1" / "sessions.csv"))
+    assert set(runs.requests["series"]) == {"measured (h200, reference, whole sessions)", "measured (h200, reference)"}
+
+
 @pytest.mark.slow  # papermill starts a kernel
 def test_result_notebooks_render_under_papermill(tmp_path):
     """Every result notebook renders from a replay, a simulated run and the shipped H200 reference replays."""
@@ -357,6 +371,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     common = {"measured_sessions": [str(s)], "measured_requests": [str(r)], "sim_sessions": [str(ss)],
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
+              "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / "run1")],
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
               "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/branches/sweep/summary.json")}}
     fit = {"n_moe_layer": 2, "k": 2, "tpot_ms": {"0": 5.0, "1": 5.6, "2": 6.0}, "beta_ms": 0.1,

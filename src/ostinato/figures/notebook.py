@@ -25,6 +25,8 @@ _H200 = "data/reference/h200"
 DEFAULT_REFERENCE_RUNS = {"table8": [f"{_H200}/ablation/run{i}" for i in (1, 2, 3)],
                           "table4": [f"{_H200}/qwen/run{i}" for i in (1, 2, 3)]}
 _COMPARE = [f"{_H200}/compare/run{i}" for i in (1, 2, 3)]
+# whole held-out sessions on the calibrated-router model (config key figures.reference_heldout_runs)
+_HELDOUT = [f"{_H200}/heldout/run1"]
 # Table 4 is about a Qwen3-MoE model: by default neither the default config's replay nor its simulator run counts.
 _QWEN_ONLY = {"table4"}
 
@@ -41,6 +43,7 @@ class ResultParams:
     profile: str = "paper-4x4090d"       # machine profile of the simulated series
     reference_runs: list[str] = field(default_factory=lambda: list(_COMPARE))  # shipped runs of another machine
     reference_machine: str = "h200"
+    heldout_runs: list[str] = field(default_factory=lambda: list(_HELDOUT))  # shipped whole held-out sessions
     paper_dir: str = "data/paper"
     target: str = "ostinato"             # the engine whose savings are reported
     n_resamples: int = 9999              # bootstrap resamples of the saved share's 95% CI
@@ -66,7 +69,8 @@ class ResultParams:
         if output_stem in DEFAULT_REFERENCE_RUNS:
             defaults["reference_runs"] = list(DEFAULT_REFERENCE_RUNS[output_stem])
         if output_stem in _QWEN_ONLY:
-            defaults.update(measured_sessions=[], measured_requests=[], sim_sessions=[], sim_requests=[])
+            defaults.update(measured_sessions=[], measured_requests=[], sim_sessions=[], sim_requests=[],
+                            heldout_runs=[])
         return cls(**{**defaults, **overrides})
 
 
@@ -131,7 +135,7 @@ def setup_result(output_stem: str, params: dict | None = None) -> ResultNotebook
     p = ResultParams.for_result(output_stem, params)
     apply_style()
     runs = load_series(p.measured_sessions, p.measured_requests, p.machine, p.sim_sessions, p.sim_requests, p.profile,
-                       p.reference_runs, p.reference_machine)
+                       p.reference_runs, p.reference_machine, p.heldout_runs)
     speed, checks = split_correctness(runs)
     print("series:", *speed.series, sep="\n  ")
     if checks.series:

@@ -206,11 +206,15 @@ def combine(*runs: Runs) -> Runs:
 
 def load_series(measured_sessions: list[str] | str, measured_requests: list[str] | str, machine: str,
                 sim_sessions: list[str] | str, sim_requests: list[str] | str, profile: str,
-                reference_runs: list[str] | str = (), reference_machine: str = "") -> Runs:
+                reference_runs: list[str] | str = (), reference_machine: str = "",
+                heldout_runs: list[str] | str = ()) -> Runs:
     """A notebook's inputs: this run's replays, the simulator's runs and shipped reference replays (each if any).
 
     `reference_runs` are directories of repeated runs of one comparison (`sessions.csv`, `requests.csv` each, as
     under `data/reference/<machine>/compare/`); they form the series `measured (<reference_machine>, reference)`.
+    `heldout_runs` are such runs of whole held-out sessions on the calibrated-router model
+    (`data/reference/<machine>/heldout/`), another model and other sessions than the reference runs': they form a
+    series of their own, `measured (<reference_machine>, reference, whole sessions)`.
     """
     measured = load_measured(measured_sessions, measured_requests, machine) if _as_list(measured_sessions) else empty_runs()
     simulated = load_simulated(sim_sessions, sim_requests, profile) if _as_list(sim_sessions) else empty_runs()
@@ -218,4 +222,8 @@ def load_series(measured_sessions: list[str] | str, measured_requests: list[str]
     reference = (load_measured([d / "sessions.csv" for d in dirs], [d / "requests.csv" for d in dirs],
                                f"{reference_machine or 'reference'}, reference", repeated_runs=True)
                  if dirs else empty_runs())
-    return combine(measured, reference, simulated)
+    hdirs = _as_list(heldout_runs)
+    heldout = (load_measured([d / "sessions.csv" for d in hdirs], [d / "requests.csv" for d in hdirs],
+                             f"{reference_machine or 'reference'}, reference, whole sessions", repeated_runs=True)
+               if hdirs else empty_runs())
+    return combine(measured, heldout, reference, simulated)

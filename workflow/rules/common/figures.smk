@@ -12,13 +12,14 @@ def result_sources(result):
     return {"measured_sessions": measured, "measured_requests": [p.replace("sessions.csv", "requests.csv") for p in measured],
             "sim_sessions": [f"results/sim/{s}/sessions.csv" for s in sims],
             "sim_requests": [f"results/sim/{s}/requests.csv" for s in sims],
-            "reference_runs": FIGURES[REFERENCE_RUNS.get(result, "reference_runs")]}
+            "reference_runs": FIGURES[REFERENCE_RUNS.get(result, "reference_runs")],
+            "heldout_runs": [] if qwen else FIGURES["reference_heldout_runs"]}
 
 
 def result_inputs(result):
     """Files a result notebook reads (its sources' CSVs)."""
     src = result_sources(result)
-    refs = [f"{d}/{f}" for d in src["reference_runs"] for f in ("sessions.csv", "requests.csv")]
+    refs = [f"{d}/{f}" for d in src["reference_runs"] + src["heldout_runs"] for f in ("sessions.csv", "requests.csv")]
     return src["measured_sessions"] + src["measured_requests"] + src["sim_sessions"] + src["sim_requests"] + refs
 
 
