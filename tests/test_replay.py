@@ -88,6 +88,22 @@ def test_consume_stream_errors():
     assert not out.success and "final chunk" in out.error
 
 
+def test_consume_stream_keeps_top_probabilities():
+    """With n_probs, each streamed token's top ids and log-probabilities are kept as sent; a malformed entry is the
+    request's error, not a crash."""
+    top = lambda *p: [{"id": i, "token": "x", "logprob": lp, "bytes": [120]} for i, lp in p]  # noqa: E731
+    chunk = lambda t, p: json.dumps({"content": "a", "tokens": [t], "stop": False,  # noqa: E731
+                                     "completion_probabilities": [{"id": t, "logprob": p[0][1], "top_logprobs": top(*p)}]})
+    lines = ["data: " + chunk(97, [(97, -0.125), (3, -2.5)]), "data: " + chunk(98, [(98, -1e-07), (5, -17.000000000000004)]),
+             'data: {"content":"","tokens":[],"stop":true,"tokens_predicted":2,"timings":{}}']
+    out = consume_stream(lines, RequestOutput())
+    assert out.success and out.top_ids == [[97, 3], [98, 5]]
+    assert out.top_logprobs == [[-0.125, -2.5], [-1e-07, -17.000000000000004]]
+    bad = consume_stream(['data: {"content":"a","tokens":[97],"stop":false,"completion_probabilities":[{"top_logprobs":[{"id":1}]}]}'],
+                         RequestOutput())
+    assert not bad.success and "completion_probabilities" in bad.error
+
+
 def test_payload_carries_forced_tokens():
     body = RequestInput((1, 2, 3), 2, (7, 8)).payload()
     assert body["prompt"] == [1, 2, 3] and body["forced_tokens"] == [7, 8] and body["n_predict"] == 2
@@ -636,3 +652,53 @@ def test_replay_of_a_running_engine_by_url(llama_server_paths, tmp_path, api):
     # the second request of a session sends the recorded conversation: first request + its recorded output + new
     s0 = sessions[0].requests
     assert recs[1]["n_prompt"] == len(s0[0].new_token_ids) + len(s0[0].output_token_ids) + len(s0[1].new_token_ids)
+
+
+# --- replay bitwise --------------------------------------------------------------------------------
+
+def _write_probs(root: Path, engine: str, sessions: dict[str, list[list[float]]], probs: bool = True) -> Path:
+    """An engine directory of hand-made records: per session one request whose tokens carry these log-probabilities."""
+    d = root / engine / "sessions"
+    d.mkdir(parents=True)
+    for sid, lps in sessions.items():
+        rec = {"engine": engine, "session": sid, "turn": 0, "ok": True, "attempt": 1,
+               "streamed_token_ids": [97 + i for i in range(len(lps))]}
+        if probs:
+            rec.update({"top_ids": [[97 + i, 3] for i in range(len(lps))], "top_logprobs": lps})
+        (d / (sid.replace("/", "__") + ".jsonl")).write_text(json.dumps(rec) + "\n")
+    return root / engine
+
+
+def test_bitwise_compare_finds_the_first_differing_bit(tmp_path):
+    from ostinato.replay.bitwise import compare
+
+    lps = {"t/a": [[-0.5, -1.25], [-0.1, -3.0]], "t/b": [[-2.0, -2.5]]}
+    a = _write_probs(tmp_path / "x", "inturn", lps)
+    same = compare(a, _write_probs(tmp_path / "y", "overlap", lps))
+    assert same.equal and (same.sessions, same.requests, same.tokens) == (2, 2, 3)
+    # one ulp apart in the last token of one session
+    import math
+    off = {"t/a": [[-0.5, -1.25], [-0.1, math.nextafter(-3.0, 0.0)]], "t/b": lps["t/b"]}
+    diff = compare(a, _write_probs(tmp_path / "z", "overlap", off))
+    assert not diff.equal and len(diff.differences) == 1
+    d = diff.differences[0]
+    assert (d.session, d.turn, d.what, d.position) == ("t/a", 0, "top_logprobs", 1)
+    # a session only one side holds, and a replay without probabilities, are differences too
+    assert [x.what for x in compare(a, _write_probs(tmp_path / "w", "overlap", {"t/a": lps["t/a"]})).differences] == ["missing"]
+    noprobs = compare(a, _write_probs(tmp_path / "v", "overlap", lps, probs=False))
+    assert not noprobs.equal and {x.what for x in noprobs.differences} == {"no_probs"} and noprobs.tokens == 0
+
+
+def test_bitwise_cli_exit_status_and_report(tmp_path, capsys):
+    from ostinato.cli import main
+
+    lps = {"t/a": [[-0.5, -1.25]]}
+    a = _write_probs(tmp_path / "x", "e", lps)
+    assert main(["replay", "bitwise", "--in", str(a), str(_write_probs(tmp_path / "y", "e", lps)),
+                 "--out", str(tmp_path / "eq.json")]) == 0
+    assert json.loads((tmp_path / "eq.json").read_text())["equal"] is True
+    assert main(["replay", "bitwise", "--in", str(a), str(_write_probs(tmp_path / "z", "e", {"t/a": [[-0.5, -1.0]]})),
+                 "--out", str(tmp_path / "ne.json")]) == 1
+    rep = json.loads((tmp_path / "ne.json").read_text())
+    assert rep["equal"] is False and rep["differences"][0]["what"] == "top_logprobs"
+    assert "NOT bitwise equal" in capsys.readouterr().err

@@ -398,3 +398,47 @@ def test_engine_and_python_accept_the_same_plans(engine_variants, tiny_model, ll
         assert engine_ok == py_ok, f"case {i}: engine {'accepts' if engine_ok else 'refuses'} {json.dumps(doc)[:400]}"
         outcomes["both accept" if py_ok else "both refuse"] += 1
     assert outcomes["both accept"] > 0 and outcomes["both refuse"] > 0, outcomes
+
+
+@pytest.mark.parametrize("policy", ["static", "decay"])
+def test_whole_sessions_overlapped_replay_bitwise_the_in_turn_replay(engine_variants, model_case, policy):
+    """The Appendix A check over whole sessions: multi-turn sessions replayed through llama-server (growing prompts,
+    the prompt cache, forced outputs and forced routing), once with the split path's branches in turn and once
+    overlapped, return the same tokens and bitwise the same top log-probabilities in every request
+    (`replay run --record-probs`, `replay bitwise`)."""
+    import dataclasses
+
+    from ostinato.replay.bitwise import compare
+    from ostinato.replay.runner import ReplayConfig, run_replay
+    from ostinato.sessions.model import TokenizedRequest, TokenizedSession
+
+    model, shape, _, _, tmp = model_case
+    rng = np.random.default_rng(11)
+    sessions = [TokenizedSession(f"bw/s{s}", "test", "byte", "chatml", tuple(
+        TokenizedRequest(t, "first" if t == 0 else "tool", tuple(int(x) for x in rng.integers(32, 120, 40 if t == 0 else 12)),
+                         tuple(int(x) for x in rng.integers(32, 120, 6)))
+        for t in range(3))) for s in range(2)]
+    force = tmp / f"bw-force-{policy}"
+    for i, s in enumerate(sessions):
+        n_pos = sum(len(r.new_token_ids) + len(r.output_token_ids) for r in s.requests)
+        write_trace(force / (s.session_id.replace("/", "__") + ".route"),
+                    random_trace(TraceShape(shape.n_layer, shape.n_expert, shape.n_expert_used), n_pos,
+                                 shape.moe_layers(), seed=20 + i))
+    plan = tmp / f"plan-bw-{policy}.json"
+    write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 9)))
+    pol = ("--residency-policy", policy) if policy != "static" else ()
+    outs = {}
+    for branches in ("inturn", "overlap"):
+        out = tmp / f"bw-{policy}-{branches}"
+        cfg = ReplayConfig("ostinato", out, machine="test", progress=False, record_probs=4, routing_force_dir=force)
+        srv = _server(engine_variants["ostinato"], model, tmp, f"bw-{policy}-{branches}", "--residency-plan", str(plan),
+                      "--residency-upload-min", "4096", "--residency-branches", branches, *pol)
+        srv = LlamaServer(dataclasses.replace(srv.config, routing_dir=cfg.routing_dir()))
+        with srv:
+            summary = run_replay(sessions, srv, cfg)
+        assert summary.done == [s.session_id for s in sessions] and not summary.failed
+        outs[branches] = out / "ostinato"
+    report = compare(outs["inturn"], outs["overlap"])
+    assert report.equal, report.differences[:3]
+    assert (report.sessions, report.requests) == (2, 6)
+    assert report.tokens == sum(len(r.output_token_ids) for s in sessions for r in s.requests)

@@ -62,3 +62,60 @@ rule summarize_replay:
     shell:
         "ostinato replay summarize --in {params.dirs} --runs {params.runs} --out {output.sessions} "
         "--requests-out {output.requests} --foreign-load-threshold {params.load_threshold} > {log} 2>&1"
+
+
+# The paper's Appendix A check over whole sessions (replay.bitwise): one engine replays the sets with its own flags
+# (`base`) and with each variant's flags added, every request asking for its top log-probabilities; each variant must
+# return the base's tokens and bitwise the same log-probabilities (`ostinato replay bitwise`: the job fails otherwise,
+# its log naming the first difference). It runs after the timed replays and is no timing.
+rule replay_bitwise:
+    input:
+        unpack(bitwise_inputs),
+    output:
+        results=directory("results/replay/bitwise/{set}/{variant}"),
+    log:
+        "results/replay/bitwise/{set}/{variant}.log",
+    benchmark:
+        "results/replay/bitwise/{set}/{variant}.benchmark.tsv"
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        set=name_pattern(bitwise_sets()),
+        variant=name_pattern(["base", *BITWISE.get("variants", {})]),
+    threads: ALL_CORES
+    resources:
+        bench=1,
+        **ENGINE_GPU,
+    params:
+        engine=BITWISE.get("engine", ""),
+        partial="results/replay/bitwise/{set}/.partial-{variant}",  # an interrupted replay resumes here
+        server=lambda w: server_opts(BITWISE["engine"]),
+        preset=lambda w, input: preset_opts(BITWISE["engine"], input),
+        variant=lambda w: bitwise_args(w.variant),
+        routing=lambda w, input: (f"--routing-force-dir {input.routing}" if REPLAY["routing_force"] else ""),
+        machine=MACHINE,
+        n_probs=BITWISE.get("n_probs", 4),
+        max_retries=REPLAY["max_retries"],
+    shell:
+        "(ostinato replay run --engine-name {params.engine} --server-bin {input.server} --model {input.model} "
+        "--sessions {input.sessions} --out {params.partial} --machine-label {params.machine} {params.preset} "
+        "{params.routing} {params.server} {params.variant} --record-probs {params.n_probs} --no-progress "
+        "--on-setup-change restart --max-retries {params.max_retries} --strict "
+        "&& mv {params.partial}/{params.engine} {output.results} && rm -rf {params.partial}) > {log} 2>&1"
+
+
+rule check_bitwise:
+    input:
+        base="results/replay/bitwise/{set}/base",
+        variant="results/replay/bitwise/{set}/{variant}",
+    output:
+        "results/replay/bitwise/{set}/{variant}.json",
+    log:
+        "results/replay/bitwise/{set}/{variant}.check.log",
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        set=name_pattern(bitwise_sets()),
+        variant=name_pattern(BITWISE.get("variants", {})),
+    shell:
+        "ostinato replay bitwise --in {input.base} {input.variant} --out {output} > {log} 2>&1"

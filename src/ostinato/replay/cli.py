@@ -1,4 +1,5 @@
-"""`ostinato replay run|summarize|compare`: replay sessions against llama-server, summarize and compare the results."""
+"""`ostinato replay run|summarize|compare|bitwise`: replay sessions against llama-server, summarize and compare the
+results, and check two engines' replays for bitwise equal outputs."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def _env_pair(value: str) -> tuple[str, str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `replay` group with `run`, `summarize` and `compare`."""
+    """Add the `replay` group with `run`, `summarize`, `compare` and `bitwise`."""
     group = subparsers.add_parser("replay", help="replay sessions against llama-server and summarize")
     sub = group.add_subparsers(dest="command", required=True)
 
@@ -96,6 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for the server to be healthy")
     r.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
     r.add_argument("--strict", action="store_true", help="exit 1 when a session failed (default: 0, failures recorded)")
+    r.add_argument("--record-probs", type=int, default=0, metavar="N",
+                   help="ask every request for its top N tokens' log-probabilities (n_probs) and keep them in the "
+                        "records, for `replay bitwise` (a check, not a timed replay: the server then computes them)")
     r.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=run_cmd)
@@ -129,6 +133,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--machine", default="", help="machine label of the `measured (<machine>)` series (default from the CSV)")
     c.add_argument("--out", required=True, type=Path, help="output stem: writes STEM.csv and STEM.md")
     c.set_defaults(func=compare_cmd)
+
+    b = sub.add_parser("bitwise", help="two engines' replays of the same sessions (replay run --record-probs): the "
+                                       "same tokens and bitwise the same top log-probabilities in every request")
+    b.add_argument("--in", dest="inputs", nargs=2, required=True, type=Path, metavar=("A", "B"),
+                   help="the two replays' OUT/<engine> directories")
+    b.add_argument("--out", required=True, type=Path, help="report JSON (counts and every difference)")
+    b.set_defaults(func=bitwise_cmd)
 
 
 def _engine_preset(args: argparse.Namespace) -> EngineConfig:
@@ -184,6 +195,10 @@ def run_cmd(args: argparse.Namespace) -> int:
         raise ValueError(f"--select must be >= 0, got {args.select}")
     if args.max_retries < 0:
         raise ValueError(f"--max-retries must be >= 0, got {args.max_retries}")
+    if args.record_probs < 0:
+        raise ValueError(f"--record-probs must be >= 0, got {args.record_probs}")
+    if args.record_probs and args.api == "openai":
+        raise ValueError("--record-probs asks llama-server's /completion for n_probs; --api openai has no such field")
     bad: list[InputError] = []
 
     def skip(exc: InputError) -> None:
@@ -206,7 +221,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         routing_force_dir=args.routing_force_dir, routing_record_dir=args.routing_record_dir,
         request_timeout_s=args.request_timeout, max_retries=args.max_retries, warmup=not args.no_warmup,
         progress=not args.no_progress,
-        api=args.api, model_name=args.model_name, routing_root=args.routing_root,
+        api=args.api, model_name=args.model_name, routing_root=args.routing_root, record_probs=args.record_probs,
     )
     run_info = {
         **sessions_digest(args.sessions),
@@ -214,6 +229,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         "routing_force_dir": str(args.routing_force_dir) if args.routing_force_dir else None,
         "machine_info": machine.to_json(),
         "engine_backend": engine_backend(args.server_bin),
+        "record_probs": args.record_probs or None,  # absent from replays without it, so they resume as before
     }
     if args.server_url is None:
         config = ServerConfig(
@@ -280,3 +296,17 @@ def compare_cmd(args: argparse.Namespace) -> int:
           f"({len(comp.dropped)} dropped{': ' + ', '.join(comp.dropped) if comp.dropped else ''}) → "
           f"{', '.join(map(str, paths))}", file=sys.stderr)
     return 0
+
+
+def bitwise_cmd(args: argparse.Namespace) -> int:
+    """Handler of `replay bitwise`; writes the report and returns 1 when the replays differ (or compared nothing)."""
+    from ostinato.replay.bitwise import compare, save
+
+    report = compare(*args.inputs)
+    save(report, args.out)
+    first = report.differences[0] if report.differences else None
+    print(f"{'bitwise equal' if report.equal else 'NOT bitwise equal'}: {report.sessions} sessions, {report.requests} "
+          f"requests, {report.tokens} generated tokens compared, {len(report.differences)} differences"
+          + (f" (first: {first.session} turn {first.turn}, {first.what}: {first.detail})" if first else "")
+          + f" → {args.out}", file=sys.stderr)
+    return 0 if report.equal else 1

@@ -66,7 +66,8 @@ def load_requests(paths: list[Path]) -> pd.DataFrame:
         setup = engine_setup(d)
         for f in sorted((d / SESSIONS_DIR).glob("*.jsonl")):
             for rec in read_records(f):
-                row = {k: v for k, v in rec.items() if k not in ("server", "itl_s", "streamed_token_ids", "load")}
+                row = {k: v for k, v in rec.items() if k not in ("server", "itl_s", "streamed_token_ids", "load",
+                                                                  "top_ids", "top_logprobs")}
                 for k, v in (rec.get("server") or {}).items():
                     row[f"server_{k}"] = v
                 for k, v in (rec.get("load") or {}).items():

@@ -81,6 +81,9 @@ class ReplayConfig:
     # restarted server, up to this many times, before it is recorded as failed
     max_retries: int = 2
     temperature: float = 0.0
+    # > 0: every request asks for its top `record_probs` tokens' log-probabilities (`n_probs`) and the records keep
+    # them, for a bitwise check of two engines (`ostinato replay bitwise`); 0: not asked (the timed replays)
+    record_probs: int = 0
     warmup: bool = True
     progress: bool = True
     # "llama": llama-server's /completion (forced output tokens, slot erase, routing, server timings);
@@ -169,6 +172,8 @@ def request_record(engine: str, machine: str, session: TokenizedSession, turn: i
             "streamed_token_ids": out.token_ids,
             "server": out.timings, **{f"final_{k}": v for k, v in out.final.items()},
         })
+        if out.top_logprobs:
+            rec.update({"top_ids": out.top_ids, "top_logprobs": out.top_logprobs})
     return rec
 
 
@@ -189,6 +194,8 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
             reason, restart = failure_reason(server, f"slot erase failed: {exc}")
     context: list[int] = []
     extra = routing_fields(cfg, session.session_id)
+    if cfg.record_probs:
+        extra = {**extra, "n_probs": cfg.record_probs}
     if cfg.routing_record_dir is not None:
         # a trace left by an interrupted replay of this session: the server records only into files it creates
         trace_path(cfg.routing_record_dir, session.session_id).unlink(missing_ok=True)
@@ -346,7 +353,7 @@ def _replay_with_retries(server: Server, session: TokenizedSession, cfg: ReplayC
 
 
 # Keys of runs.json that must not change between a run and its resumption.
-SETUP_KEYS = ("sessions_sha256", "model", "server_command", "routing_force_dir")
+SETUP_KEYS = ("sessions_sha256", "model", "server_command", "routing_force_dir", "record_probs")
 
 
 def _setup_changed(history: list[dict], info: dict) -> list[str]:

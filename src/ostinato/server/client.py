@@ -66,6 +66,10 @@ class RequestOutput:
     timings: dict = field(default_factory=dict)  # the final chunk's `timings`
     final: dict = field(default_factory=dict)  # other fields of the final chunk (stop_type, tokens_cached…)
     connection_error: bool = False  # the server could not be reached or dropped the connection
+    # with `n_probs` in the request: per streamed token, the ids and log-probabilities of the server's top tokens
+    # (`completion_probabilities`), as sent: a bitwise check of two engines compares them (ostinato.replay.bitwise)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
 
     @property
     def tpot(self) -> float | None:
@@ -147,6 +151,14 @@ def consume_stream(lines: Iterable[str], out: RequestOutput, clock=time.perf_cou
         elif text_chunks and "tokens" not in chunk and chunk.get("content") and not chunk.get("stop"):
             # a server that streams no token ids (ik_llama.cpp's /completion): a chunk of text carries output
             last = _token_chunk(out, now, last)
+        try:
+            for p in chunk.get("completion_probabilities") or []:
+                top = p.get("top_logprobs") or []
+                out.top_ids.append([int(t["id"]) for t in top])
+                out.top_logprobs.append([float(t["logprob"]) for t in top])
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            out.error = f"bad completion_probabilities in a chunk ({type(exc).__name__}: {exc})"
+            return out
         if chunk.get("stop"):
             out.timings = dict(chunk.get("timings") or {})
             out.final = {k: chunk[k] for k in _FINAL_KEYS if k in chunk}

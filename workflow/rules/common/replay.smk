@@ -28,6 +28,20 @@ def check_replay_config():
                          f"(the development set that plans their pool)")
     if REPLAY_RESIDENCY and REPLAY_RESIDENCY["dev_set"] not in config["sessions"]["sets"]:
         raise ValueError(f"config replay.residency.dev_set: {REPLAY_RESIDENCY['dev_set']!r} is not a key of sessions.sets")
+    bw = REPLAY["bitwise"]
+    if bw.get("engine"):
+        if bw["engine"] not in REPLAY["engines"]:
+            raise ValueError(f"config replay.bitwise.engine: {bw['engine']!r} is not a key of replay.engines")
+        if REPLAY["engines"][bw["engine"]].get("url"):
+            raise ValueError(f"config replay.bitwise.engine: {bw['engine']!r} is reached by url; the check starts its "
+                             "engine with each variant's flags")
+        if not bw.get("variants"):
+            raise ValueError("config replay.bitwise.variants: the check needs at least one variant to compare")
+        if "base" in bw["variants"]:
+            raise ValueError("config replay.bitwise.variants: 'base' names the engine's own flags; pick another name")
+        for s in bw.get("sets", []):
+            if s not in config["sessions"]["sets"]:
+                raise ValueError(f"config replay.bitwise.sets: {s!r} is not a key of sessions.sets")
 
 
 check_replay_config()
@@ -125,6 +139,40 @@ def routing_opts(wildcards, input, partial):
     return f"--routing-force-dir {input.routing} --routing-record-dir {partial}/{wildcards.engine}/routing"
 
 
+BITWISE = REPLAY["bitwise"]
+
+
+def bitwise_sets():
+    """The session sets of the bitwise check (replay.bitwise.sets, default replay.sets); none when it is off."""
+    return (BITWISE.get("sets") or REPLAY["sets"]) if BITWISE.get("engine") else []
+
+
+def bitwise_args(variant):
+    """The server flags of one replay of the bitwise check: the engine's own, then the variant's."""
+    extra = [] if variant == "base" else BITWISE["variants"][variant]
+    return " ".join(f"--server-arg={a}" for a in extra)
+
+
+def bitwise_targets():
+    """The bitwise check's reports, one per set and variant (to add to `rule all`)."""
+    return [f"results/replay/bitwise/{s}/{v}.json" for s in bitwise_sets() for v in BITWISE.get("variants", {})]
+
+
 def replay_targets():
-    """The replay summary's figure and tables (to add to `rule all`)."""
-    return list(notebook_outputs("replay_summary").values())
+    """The replay summary's figure and tables and the bitwise check's reports (to add to `rule all`)."""
+    return list(notebook_outputs("replay_summary").values()) + bitwise_targets()
+
+
+def bitwise_inputs(wildcards):
+    """What one replay of the bitwise check reads: its engine's server, model, plan and capacity test, the sessions,
+    the forced routing, and the timed replays' summary (the check runs after them, so it never delays them)."""
+    e = REPLAY["engines"][BITWISE["engine"]]
+    inputs = {"sessions": f"results/sessions/{wildcards.set}.jsonl", "after": "results/replay/sessions.csv",
+              "server": engine_bin(e["variant"]), "model": f"models/{REPLAY['model']}.gguf"}
+    if REPLAY["routing_force"]:
+        inputs["routing"] = f"results/routing/{wildcards.set}"
+    if e.get("preset") in PLAN_PRESETS:
+        inputs["plan"] = f"results/residency/replay/{REPLAY['model']}.{PLAN_RULES[e['preset']]}.plan.json"
+    if e.get("preset") and replay_capacity():
+        inputs["capacity"] = replay_capacity()
+    return inputs

