@@ -26,9 +26,10 @@ PROFILE = "workflow/profiles/slurm"
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "engine", "environment.yml", "data/profiles", "data/paper", "artifact")
 TARGETS = ("results/costmodel/checks-paper-4x4090d.json", "results/routing/synthetic-swe-dev")
 TARGET_RULES = {"check_costmodel", "make_routing"}
-ENGINE_RULES = {"build_engine", "check_memory_model", "check_local_agent", "record_routing", "replay", "calibrate",
-                "sweep_prefill"}
-TIMED_RULES = {"record_routing", "replay", "calibrate", "sweep_prefill"}
+ENGINE_RULES = {"build_engine", "check_memory_model", "check_local_agent", "record_routing", "replay", "replay_bitwise",
+                "calibrate", "sweep_prefill"}
+# the rules that take the bench (one at a time, the node alone): the timed ones and the bitwise check's replays
+TIMED_RULES = {"record_routing", "replay", "replay_bitwise", "calibrate", "sweep_prefill"}
 RUNTIME_MIN = 10  # the test's --default-resources, checked in SLURM's record of each job
 MEM_MB = 1000
 SNAKEMAKE_TIMEOUT_S = 600
