@@ -218,12 +218,16 @@ def load_series(measured_sessions: list[str] | str, measured_requests: list[str]
     """
     measured = load_measured(measured_sessions, measured_requests, machine) if _as_list(measured_sessions) else empty_runs()
     simulated = load_simulated(sim_sessions, sim_requests, profile) if _as_list(sim_sessions) else empty_runs()
-    dirs = _as_list(reference_runs)
-    reference = (load_measured([d / "sessions.csv" for d in dirs], [d / "requests.csv" for d in dirs],
-                               f"{reference_machine or 'reference'}, reference", repeated_runs=True)
-                 if dirs else empty_runs())
-    hdirs = _as_list(heldout_runs)
-    heldout = (load_measured([d / "sessions.csv" for d in hdirs], [d / "requests.csv" for d in hdirs],
-                             f"{reference_machine or 'reference'}, reference, whole sessions", repeated_runs=True)
-               if hdirs else empty_runs())
+    label = f"{reference_machine or 'reference'}, reference"
+    reference = _shipped_runs(reference_runs, label)
+    heldout = _shipped_runs(heldout_runs, f"{label}, whole sessions")
     return combine(measured, heldout, reference, simulated)
+
+
+def _shipped_runs(runs: list[str] | str, machine: str) -> Runs:
+    """Shipped repeated runs (directories with `sessions.csv`, `requests.csv`) as the series `measured (<machine>)`."""
+    dirs = _as_list(runs)
+    if not dirs:
+        return empty_runs()
+    return load_measured([d / "sessions.csv" for d in dirs], [d / "requests.csv" for d in dirs], machine,
+                         repeated_runs=True)

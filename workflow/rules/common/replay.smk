@@ -119,12 +119,18 @@ def replay_reach(engine, input):
 def replay_inputs(wildcards):
     """What one replay reads: the server and model (none for an engine reached by URL), the sessions, the forced
     routing, the plan and capacity test of its preset, and the replay that runs before it."""
-    e = REPLAY["engines"][wildcards.engine]
-    inputs = {"sessions": f"results/sessions/{wildcards.set}.jsonl", "after": replay_after(wildcards)}
+    return {"after": replay_after(wildcards), **engine_inputs(wildcards.engine, wildcards.set)}
+
+
+def engine_inputs(engine, set_):
+    """What a replay of one configured engine on one set reads besides its order: the server and model (none for an
+    engine reached by URL), the sessions, the forced routing, the plan and capacity test of its preset."""
+    e = REPLAY["engines"][engine]
+    inputs = {"sessions": f"results/sessions/{set_}.jsonl"}
     if not e.get("url"):
         inputs.update(server=engine_bin(e["variant"]), model=f"models/{REPLAY['model']}.gguf")
     if REPLAY["routing_force"]:
-        inputs["routing"] = f"results/routing/{wildcards.set}"
+        inputs["routing"] = f"results/routing/{set_}"
     if e.get("preset") in PLAN_PRESETS:
         inputs["plan"] = f"results/residency/replay/{REPLAY['model']}.{PLAN_RULES[e['preset']]}.plan.json"
     if e.get("preset") and replay_capacity():
@@ -166,13 +172,4 @@ def replay_targets():
 def bitwise_inputs(wildcards):
     """What one replay of the bitwise check reads: its engine's server, model, plan and capacity test, the sessions,
     the forced routing, and the timed replays' summary (the check runs after them, so it never delays them)."""
-    e = REPLAY["engines"][BITWISE["engine"]]
-    inputs = {"sessions": f"results/sessions/{wildcards.set}.jsonl", "after": "results/replay/sessions.csv",
-              "server": engine_bin(e["variant"]), "model": f"models/{REPLAY['model']}.gguf"}
-    if REPLAY["routing_force"]:
-        inputs["routing"] = f"results/routing/{wildcards.set}"
-    if e.get("preset") in PLAN_PRESETS:
-        inputs["plan"] = f"results/residency/replay/{REPLAY['model']}.{PLAN_RULES[e['preset']]}.plan.json"
-    if e.get("preset") and replay_capacity():
-        inputs["capacity"] = replay_capacity()
-    return inputs
+    return {"after": "results/replay/sessions.csv", **engine_inputs(BITWISE["engine"], wildcards.set)}
