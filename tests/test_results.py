@@ -353,11 +353,15 @@ def test_heldout_runs_are_a_series_of_their_own():
     from ostinato.figures.runs import load_series
 
     h200 = REPO / "data" / "reference" / "h200"
-    runs = load_series([], [], "", [], [], "p", [str(h200 / "compare" / "run1")], "h200", [str(h200 / "heldout" / "run1")])
+    heldout = [str(h200 / "heldout" / r) for r in ("run1", "run1-repeat")]
+    runs = load_series([], [], "", [], [], "p", [str(h200 / "compare" / "run1")], "h200", heldout)
     whole = runs.sessions[runs.sessions["series"] == "measured (h200, reference, whole sessions)"]
     ref = runs.sessions[runs.sessions["series"] == "measured (h200, reference)"]
-    shipped = pd.read_csv(h200 / "heldout" / "run1" / "sessions.csv")
-    assert len(whole) == len(shipped) and {s.split("#")[0] for s in whole["session"]} == set(shipped["session"])
+    shipped = [pd.read_csv(f"{d}/sessions.csv") for d in heldout]
+    assert len(whole) == sum(len(s) for s in shipped)
+    assert {s.split("#")[0] for s in whole["session"]} == set(shipped[0]["session"]) == set(shipped[1]["session"])
+    # the two shipped runs of the same sessions stay apart, one session id per run
+    assert {s.split("#")[1] for s in whole["session"]} == {"run1", "run2"}
     assert len(ref) == len(pd.read_csv(h200 / "compare" / "run1" / "sessions.csv"))
     assert set(runs.requests["series"]) == {"measured (h200, reference, whole sessions)", "measured (h200, reference)"}
 
@@ -371,7 +375,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     common = {"measured_sessions": [str(s)], "measured_requests": [str(r)], "sim_sessions": [str(ss)],
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
-              "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / "run1")],
+              "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / r) for r in ("run1", "run1-repeat")],
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
               "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/branches/sweep/summary.json")}}
     fit = {"n_moe_layer": 2, "k": 2, "tpot_ms": {"0": 5.0, "1": 5.6, "2": 6.0}, "beta_ms": 0.1,

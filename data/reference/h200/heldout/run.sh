@@ -3,9 +3,10 @@
 # engine of replay.engines, replay.repeats runs in alternating engine order, the calibrated-router model). The whole
 # replay takes far more than one device session, so it runs in calls of at most ten minutes and resumes across
 # sessions from what the previous ones brought back. Run from the repository root on the GPU machine:
-#   bash data/reference/h200/heldout/run.sh build    # CUDA build of stock and ostinato with the op tests, the engine
-#                                                    # tests on the GPU (TESTS=0: not) while the model is made, then
-#                                                    # the replay for the time that is left
+#   bash data/reference/h200/heldout/run.sh build    # CUDA build of stock, then of ostinato with the op tests while
+#                                                    # snakemake makes the model and the plans (they need only stock),
+#                                                    # the engine tests on the GPU (TESTS=0: not), then the replay for
+#                                                    # the time that is left
 #   bash data/reference/h200/heldout/run.sh replay   # snakemake TARGETS (the timed replays' summary, then the
 #                                                    # bitwise check) for CALL seconds; call again until complete
 # Carried (the GPU machine reaches no package index and no trace source):
@@ -35,22 +36,40 @@ TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldo
 CALL=${CALL:-520}        # seconds this call may take in all (the device tool stops a call at 600 s: snakemake
                          # needs time to stop, the tarball to be written)
 
-replay() {
-  # the session sets as a CPU run built them; touched so that snakemake takes them as up to date
+# the plans of the carried replays (none without .carry/resume/replay.tar.gz), and the one of config/h200.yaml's replays
+carried_plans() {
+  local listed=""
+  if [ -f .carry/resume/replay.tar.gz ]; then
+    listed=$(tar -tzf .carry/resume/replay.tar.gz | grep '^results/residency/replay/.*\.plan\.json$' || true)
+  fi
+  printf '%s\n' results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json $listed | sort -u
+}
+# the session sets as a CPU run built them; touched so that snakemake takes them as up to date
+sessions() {
   if [ ! -d results/sessions ]; then
     mkdir -p results && cp -r .carry/sessions results/sessions && find results/sessions -exec touch {} +
   fi
-  plan=results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json
+}
+# the model, the development routing and the plans (snakemake, for at most $1 seconds)
+plans() {
+  sessions
+  smk "$1" $(carried_plans)
+}
+
+replay() {
+  sessions
   if [ -f .carry/resume/replay.tar.gz ] && [ ! -e results/.resumed ]; then
-    # the model, the development routing and the plans are made here first; the carried replays count only when this
-    # machine's plans are theirs
+    # the model, the development routing and every plan the carried replays ran with are made here first (`plans`);
+    # the carried replays count only when this machine's plans are theirs
     left=$(( CALL - ($(date +%s) - start) ))
-    rc=0; smk "$left" "$plan" > "$OUT/snakemake-plan-$(date +%s).log" 2>&1 || rc=$?
-    [ -f "$plan" ] || { echo "resume: the plan is not made yet (snakemake rc=$rc), call again"; return 0; }
-    mkdir -p /tmp/resume && tar -xzf .carry/resume/replay.tar.gz -C /tmp/resume
+    rc=0; plans "$left" > "$OUT/snakemake-plan-$(date +%s).log" 2>&1 || rc=$?
+    for p in $(carried_plans); do
+      [ -f "$p" ] || { echo "resume: $p is not made yet (snakemake rc=$rc), call again"; return 0; }
+    done
+    rm -rf /tmp/resume && mkdir -p /tmp/resume && tar -xzf .carry/resume/replay.tar.gz -C /tmp/resume
     same=1
-    for p in /tmp/resume/results/residency/replay/*.plan.json; do
-      cmp -s "$p" "results/residency/replay/$(basename "$p")" || same=0
+    for p in $(carried_plans); do
+      cmp -s "/tmp/resume/$p" "$p" || { same=0; echo "resume: $p differs from the carried one"; }
     done
     if [ $same = 1 ]; then
       cp -r /tmp/resume/results/replay results/ 2>/dev/null || true
@@ -78,14 +97,18 @@ replay() {
 case "$part" in
 build)
   { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
-  ost engine build --backend cuda --op-tests --variants stock,ostinato \
-      --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \
-      | tee "$OUT/build.txt"
+  engine() {
+    ost engine build --backend cuda --op-tests --variants "$1" --source-tarball .carry/llama.cpp-b11312.tar.gz \
+        --jobs "$(nproc)" --out build/engine --log "$OUT/build-$1.log" | tee -a "$OUT/build.txt"
+  }
+  engine stock
+  # the model (about 160 s of CPU and disk), the development routing (the stock engine) and the plans are made while
+  # the ostinato variant compiles (its patches leave the tree's gguf-py, which the model's writer reads, as it is)
+  rc_model=0; plans $(( CALL - ($(date +%s) - start) - 30 )) > "$OUT/snakemake-plan-$(date +%s).log" 2>&1 &
+  model_pid=$!
+  engine stock,ostinato
   echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
-  gzip -f "$OUT/build.log"
-  # the model (about 140 s of CPU and disk) is synthesized while the engine tests run on the GPU
-  rc_model=0; smk $(( CALL - ($(date +%s) - start) - 30 )) models/v4flash-slice-8-calibrated.gguf \
-      > "$OUT/snakemake-model.log" 2>&1 & model_pid=$!
+  gzip -f "$OUT"/build-*.log
   if [ "${TESTS:-1}" = 1 ]; then  # TESTS=0 when this engine's CUDA tests ran in an earlier session
     t0=$(date +%s)
     OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
@@ -94,7 +117,7 @@ build)
     tail -4 "$OUT/tests-cuda.txt"
   fi
   wait $model_pid || rc_model=$?
-  echo "model: snakemake rc=$rc_model after $(( $(date +%s) - start )) s"
+  echo "model and plans: snakemake rc=$rc_model after $(( $(date +%s) - start )) s"
   if [ $(( CALL - ($(date +%s) - start) )) -gt 120 ]; then replay; else echo "replay: not started, call run.sh replay"; fi
   ;;
 replay) replay ;;
