@@ -14,7 +14,7 @@ import sys
 import textwrap
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -206,25 +206,30 @@ def test_synth_reads_back(tmp_path: Path, tree: Path, gguf, name: str, types: Ty
 
 def test_synth_is_deterministic(tmp_path: Path, tree: Path) -> None:
     spec = get_spec("tiny-qwen3moe")
-    a = synthesize(spec, tmp_path / "a.gguf", tree, seed=1).path.read_bytes()
-    b = synthesize(spec, tmp_path / "b.gguf", tree, seed=1).path.read_bytes()
+    a = synthesize(spec, tmp_path / "a.gguf", tree, seed=1, workers=1).path.read_bytes()
+    b = synthesize(spec, tmp_path / "b.gguf", tree, seed=1, workers=4).path.read_bytes()
     c = synthesize(spec, tmp_path / "c.gguf", tree, seed=2).path.read_bytes()
-    assert a == b and a != c and len(a) == len(c)
+    assert a == b and a != c and len(a) == len(c)  # the same bytes however many threads draw them
+    with pytest.raises(ValueError, match="--workers 0"):
+        synthesize(spec, tmp_path / "d.gguf", tree, workers=0)
 
 
 def test_synth_failure_leaves_nothing(tmp_path: Path, tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ostinato.models import synth as synth_mod
 
     calls = {"n": 0}
-    real = synth_mod.iter_chunks
+    real = synth_mod.chunk_jobs
 
-    def failing(plan: TensorPlan, seed: int) -> Iterator[np.ndarray]:
+    def interrupted() -> np.ndarray:
+        raise RuntimeError("interrupted")
+
+    def failing(plan: TensorPlan, seed: int) -> Iterator[Callable[[], np.ndarray]]:
         calls["n"] += 1
-        if calls["n"] > 10:
-            raise RuntimeError("interrupted")
+        if calls["n"] > 10:  # a chunk of the 11th tensor fails in a drawing thread
+            yield interrupted
         yield from real(plan, seed)
 
-    monkeypatch.setattr(synth_mod, "iter_chunks", failing)
+    monkeypatch.setattr(synth_mod, "chunk_jobs", failing)
     with pytest.raises(RuntimeError, match="interrupted"):
         synthesize(get_spec("tiny-v4"), tmp_path / "m.gguf", tree)
     assert list(tmp_path.iterdir()) == []

@@ -15,13 +15,14 @@ rule synth_model:
         "../../environment.yml"
     wildcard_constraints:
         model=name_pattern(SYNTH_MODELS),
+    threads: min(8, ALL_CORES)
     params:
         tree=f"{ENGINE_DIR}/tree",
         spec=lambda w: config["models"][w.model]["spec"],
         opts=lambda w: synth_opts(w.model),
     shell:
         "ostinato models synth --spec {params.spec} {params.opts} --llama-tree {params.tree} "
-        "--out {output} > {log} 2>&1"
+        "--workers {threads} --out {output} > {log} 2>&1"
 
 
 rule download_model:

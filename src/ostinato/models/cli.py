@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "profile of `ostinato residency profile`, most routed first)")
     synth.add_argument("--router-seed", type=int, default=0,
                        help="with --router calibrated: seed of the rankings' seeded parts (default 0)")
+    synth.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="threads that draw the random data (default: the cores this process may use, at most "
+                            "8); the file's bytes are the same for any N")
     synth.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar (default: only for writes over 256 MiB)")
     synth.set_defaults(func=run_synth)
@@ -68,7 +71,7 @@ def run_synth(args: argparse.Namespace) -> int:
     gguf_py_dir(args.llama_tree)
     types = Types(args.expert_type, args.dense_type)
     result = synthesize(spec, args.out, args.llama_tree, vocab=args.vocab, types=types, seed=args.seed,
-                        progress=args.progress, router=router)
+                        progress=args.progress, router=router, workers=args.workers)
     routing = f", router {router.kind}" + (f" ({router.ranking})" if router.calibrated else "")
     print(f"{result.path}: {spec.name} ({spec.arch}), {result.n_tensors} tensors, vocab {result.n_vocab}, "
           f"{result.file_bytes / _GIB:.3f} GiB in {result.seconds:.1f} s{routing}")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +20,7 @@ from ostinato.models.layout import TensorPlan, Types, tensor_plans
 from ostinato.models.router import Router
 from ostinato.models.spec import ModelSpec
 from ostinato.models.vocab import GGUFVocab, build_vocab
-from ostinato.models.weights import iter_chunks
+from ostinato.models.weights import chunk_jobs
 
 # Show a progress bar by default when the tensor data exceeds this many bytes.
 PROGRESS_MIN_BYTES = 256 << 20
@@ -112,20 +115,42 @@ def _progress_bar(total: int, enabled: bool | None, desc: str) -> Any:
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc)
 
 
-def _write_data(w: Any, plans: list[TensorPlan], seed: int, bar: Any) -> None:
-    """Stream every tensor's data after the header: one generated chunk in memory at a time."""
+def default_workers() -> int:
+    """Threads that draw chunks: the cores this process may use, at most 8 (the writer is then disk-bound)."""
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def _ordered(jobs: Iterator[Callable[[], np.ndarray]], pool: ThreadPoolExecutor, ahead: int) -> Iterator[np.ndarray]:
+    """The jobs' results in job order, at most `ahead` jobs drawn or waiting at a time (what bounds the memory)."""
+    pending: deque[Future[np.ndarray]] = deque()
+    try:
+        for job in jobs:
+            pending.append(pool.submit(job))
+            if len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+
+
+def _write_data(w: Any, plans: list[TensorPlan], seed: int, bar: Any, workers: int) -> None:
+    """Stream every tensor's data after the header, in file order, `workers` threads drawing the next chunks (each
+    chunk has its own seed, so the bytes do not depend on `workers`); about workers + 1 chunks in memory at a time."""
     fout = w.fout[0]
     w.write_padding(fout, fout.tell())
-    for plan in plans:
-        start = fout.tell()
-        for chunk in iter_chunks(plan, seed):
-            fout.write(memoryview(chunk).cast("B"))
-            if bar is not None:
-                bar.update(chunk.nbytes)
-        written = fout.tell() - start
-        if written != plan.nbytes:
-            raise RuntimeError(f"tensor {plan.name}: wrote {written} bytes, expected {plan.nbytes}")
-        w.write_padding(fout, written)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="synth") as pool:
+        for plan in plans:
+            start = fout.tell()
+            for chunk in _ordered(chunk_jobs(plan, seed), pool, workers + 1):
+                fout.write(memoryview(chunk).cast("B"))
+                if bar is not None:
+                    bar.update(chunk.nbytes)
+            written = fout.tell() - start
+            if written != plan.nbytes:
+                raise RuntimeError(f"tensor {plan.name}: wrote {written} bytes, expected {plan.nbytes}")
+            w.write_padding(fout, written)
 
 
 def synthesize(
@@ -138,15 +163,19 @@ def synthesize(
     seed: int = 0,
     progress: bool | None = None,
     router: Router = Router(),
+    workers: int | None = None,
 ) -> SynthResult:
     """Write `spec` with random weights to `out` as a GGUF for llama.cpp; the file appears only when complete.
 
     `router`: random (the default: the router's random weights alone, no bias) or calibrated (selection biases and
     hash tables from an expert ranking, ostinato.models.router); a calibrated router is named in the metadata
-    (`ostinato.synth.router*`), so the routing it gives is labelled an input."""
+    (`ostinato.synth.router*`), so the routing it gives is labelled an input. `workers`: threads that draw the
+    random chunks (default `default_workers()`); the file's bytes are the same for any number."""
     t0 = time.monotonic()
     if seed < 0:
         raise ValueError(f"--seed {seed}: expected an integer >= 0")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers {workers}: expected an integer >= 1")
     tree = Path(tree)
     gguf = load_gguf(tree)
     voc = build_vocab(vocab or spec.vocab)
@@ -179,7 +208,7 @@ def synthesize(
         w.write_ti_data_to_file()
         bar = _progress_bar(sum(p.nbytes for p in plans), progress, out.name)
         try:
-            _write_data(w, plans, seed, bar)
+            _write_data(w, plans, seed, bar, workers or default_workers())
         finally:
             if bar is not None:
                 bar.close()

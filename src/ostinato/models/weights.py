@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 
 import numpy as np
 
@@ -89,36 +90,51 @@ def _encode(values: np.ndarray, dtype: str) -> np.ndarray:
 
 def iter_chunks(plan: TensorPlan, seed: int) -> Iterator[np.ndarray]:
     """Yield the tensor's stored bytes (as numpy arrays) group by group, in file order."""
+    for job in chunk_jobs(plan, seed):
+        yield job()
+
+
+def chunk_jobs(plan: TensorPlan, seed: int) -> Iterator[Callable[[], np.ndarray]]:
+    """The tensor's chunks as independent jobs, in file order: each draws its own group from its own seed, so jobs
+    can run in any order or at once (numpy's generators release the GIL) and give the bytes of `iter_chunks`."""
     if plan.init == "const":
         total = plan.n_elements
         step = GROUP_ELEMENTS
         for start in range(0, total, step):
-            yield _encode(np.full(min(step, total - start), plan.value, dtype=np.float32), plan.dtype)
+            yield partial(_const_chunk, plan, min(step, total - start))
         return
     if plan.init == "hc_base":
-        yield _hc_base(plan)
+        yield partial(_hc_base, plan)
         return
     if plan.init == "values":
-        yield _encode(np.asarray(plan.values, dtype=np.float32), plan.dtype)
+        yield partial(_encode, np.asarray(plan.values, dtype=np.float32), plan.dtype)
         return
     ne0 = plan.ne[0]
     n_rows = plan.n_elements // ne0
     per_group = rows_per_group(plan)
     for group, row in enumerate(range(0, n_rows, per_group)):
-        rows = min(per_group, n_rows - row)
-        rng = _rng(seed, plan.name, group)
-        if plan.init == "hash_route" and plan.values:
-            yield draw_hash_rows(rng, rows, ne0, np.asarray(plan.values),
-                                 np.asarray(plan.mix_rows) if plan.mix_rows else None)
-        elif plan.init == "hash_route":
-            yield _hash_route(rng, rows, ne0, plan.n_expert)
-        elif plan.dtype == "mxfp4":
-            yield _zero_rows(_mxfp4(rng, rows * ne0, plan.std), plan, row, rows, 1)
-        elif plan.dtype == "q8_0":
-            yield _zero_rows(_q8_0(rng, rows * ne0, plan.std), plan, row, rows, 2)
-        else:
-            values = _pin(_mix(_normal(rng, rows * ne0, plan.std), plan, seed, row, rows), plan, row, rows)
-            yield _zero_rows(_encode(values, plan.dtype), plan, row, rows, 0)
+        yield partial(_group_chunk, plan, seed, group, row, min(per_group, n_rows - row))
+
+
+def _const_chunk(plan: TensorPlan, n: int) -> np.ndarray:
+    return _encode(np.full(n, plan.value, dtype=np.float32), plan.dtype)
+
+
+def _group_chunk(plan: TensorPlan, seed: int, group: int, row: int, rows: int) -> np.ndarray:
+    """Rows [row, row + rows) of the tensor: group `group`, drawn from its own generator."""
+    ne0 = plan.ne[0]
+    rng = _rng(seed, plan.name, group)
+    if plan.init == "hash_route" and plan.values:
+        return draw_hash_rows(rng, rows, ne0, np.asarray(plan.values),
+                              np.asarray(plan.mix_rows) if plan.mix_rows else None)
+    if plan.init == "hash_route":
+        return _hash_route(rng, rows, ne0, plan.n_expert)
+    if plan.dtype == "mxfp4":
+        return _zero_rows(_mxfp4(rng, rows * ne0, plan.std), plan, row, rows, 1)
+    if plan.dtype == "q8_0":
+        return _zero_rows(_q8_0(rng, rows * ne0, plan.std), plan, row, rows, 2)
+    values = _pin(_mix(_normal(rng, rows * ne0, plan.std), plan, seed, row, rows), plan, row, rows)
+    return _zero_rows(_encode(values, plan.dtype), plan, row, rows, 0)
 
 
 def _row_ids(plan: TensorPlan, row: int, rows: int) -> np.ndarray:
