@@ -13,7 +13,7 @@ from ostinato.engine import backend as backend_mod
 from ostinato.engine.patches import STAGES, stage_inputs, stage_patches
 from ostinato.engine.pin import load_pin
 from ostinato.engine.source import fetch_sdist, verify_sdist
-from ostinato.engine.stages import read_manifest
+from ostinato.engine.stages import read_manifest, sources_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = REPO / "engine"
@@ -84,6 +84,7 @@ def test_built_variants_have_manifests(engine_variants):
         m = read_manifest(bin_dir.parent.parent, v)
         assert m is not None and m.backend == os.environ.get("OSTINATO_ENGINE_BACKEND", "cpu")
         assert m.build_number == pin.build_number
+        assert m.sources == sources_fingerprint(ENGINE, v)  # the code alone, for replays across machines
         assert len(m.patches) == sum(len(stage_patches(ENGINE, s)) for s in STAGES[1 : STAGES.index(v) + 1])
         out = subprocess.run([str(bin_dir / "llama-server"), "--version"], capture_output=True, text=True)
         assert f"(build {pin.build_number}, commit {pin.short_commit})" in out.stdout + out.stderr

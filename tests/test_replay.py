@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import importlib.util
+import argparse
 import json
 import os
 import signal
@@ -702,3 +703,71 @@ def test_bitwise_cli_exit_status_and_report(tmp_path, capsys):
     rep = json.loads((tmp_path / "ne.json").read_text())
     assert rep["equal"] is False and rep["differences"][0]["what"] == "top_logprobs"
     assert "NOT bitwise equal" in capsys.readouterr().err
+
+
+def _fake_build(root: Path, variant: str, fingerprint: str, sources: str | None) -> Path:
+    """A llama-server binary under root/<variant>/bin with the manifest `ostinato engine build` writes beside it."""
+    (root / variant / "bin").mkdir(parents=True)
+    binary = root / variant / "bin" / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    manifest = {"variant": variant, "backend": "cuda", "fingerprint": fingerprint}
+    if sources is not None:
+        manifest["sources"] = sources
+    (root / variant / "manifest.json").write_text(json.dumps(manifest))
+    return binary
+
+
+def _replay_dir(path: Path, binary: Path | str, build: dict | None) -> Path:
+    path.mkdir(parents=True)
+    entry = {"server_command": [str(binary), "-m", "m.gguf"], **({"engine_build": build} if build else {})}
+    (path / "runs.json").write_text(json.dumps([{"server_command": ["old"]}, entry]))
+    return path
+
+
+def test_a_replay_records_its_engine_build_and_a_change_is_a_setup_change(fake_bin, fake_model, tmp_path):
+    from ostinato.replay.provenance import engine_build
+
+    binary = _fake_build(tmp_path / "eng", "ostinato", "f" * 64, "a" * 64)
+    build = engine_build(binary)
+    assert build == {"variant": "ostinato", "backend": "cuda", "fingerprint": "f" * 64, "sources": "a" * 64}
+    assert engine_build(fake_bin) is None and engine_build(None) is None  # no manifest beside it
+    sessions = make_sessions(1, 1)
+    out = tmp_path / "out"
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        run_replay(sessions, server, ReplayConfig("ostinato", out, progress=False), run_info={"engine_build": build})
+        rebuilt = {**build, "fingerprint": "e" * 64}
+        with pytest.raises(ValueError, match="engine_build"):
+            run_replay(sessions, server, ReplayConfig("ostinato", out, progress=False),
+                       run_info={"engine_build": rebuilt})
+
+
+def test_same_engine_keeps_only_replays_of_the_build_their_binary_is_now(tmp_path, capsys):
+    from ostinato.replay.cli import same_engine_cmd
+    from ostinato.replay.provenance import parse_legacy_sources, same_engine
+
+    binary = _fake_build(tmp_path / "eng", "ostinato", "f" * 64, "a" * 64)
+    now = {"variant": "ostinato", "backend": "cuda", "fingerprint": "f" * 64, "sources": "a" * 64}
+    same = _replay_dir(tmp_path / "r" / "same", binary, now)
+    other = _replay_dir(tmp_path / "r" / "other", binary, {**now, "fingerprint": "b" * 64, "sources": "c" * 64})
+    options = _replay_dir(tmp_path / "r" / "options", binary, {**now, "fingerprint": "b" * 64})
+    legacy = _replay_dir(tmp_path / "r" / "legacy", binary, None)
+    by_url = _replay_dir(tmp_path / "r" / "url", "http://127.0.0.1:8080", None)
+    assert same_engine(same).same
+    assert not same_engine(other).same and "other engine code" in same_engine(other).why
+    assert not same_engine(options).same and "other options" in same_engine(options).why
+    # a replay from before the build was recorded: kept only when told which code it ran, and the binary has it
+    assert not same_engine(legacy).same and "no --legacy-sources for ostinato" in same_engine(legacy).why
+    assert same_engine(legacy, {"ostinato": "a" * 64}).same
+    assert not same_engine(legacy, {"ostinato": "d" * 64}).same
+    assert not same_engine(by_url).same and "reached by URL" in same_engine(by_url).why
+    (tmp_path / "eng" / "ostinato" / "manifest.json").write_text(json.dumps({"variant": "ostinato"}))
+    assert not same_engine(legacy, {"ostinato": "a" * 64}).same  # a manifest without sources proves nothing
+    with pytest.raises(ValueError, match="--legacy-sources 'ostinato=xyz': expected VARIANT=SHA256"):
+        parse_legacy_sources(["ostinato=xyz"])
+    # the CLI: one line per replay, 1 unless every one is the same build
+    ns = argparse.Namespace(replays=[same, other], legacy_sources=[])
+    (tmp_path / "eng" / "ostinato" / "manifest.json").write_text(json.dumps({**now}))
+    assert same_engine_cmd(ns) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("same: ") and lines[1].startswith("DIFFERENT: ")
+    assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[])) == 0

