@@ -38,8 +38,10 @@ TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldo
 # from before their runs.json recorded the build ran: run1/ and run1-repeat/ of this folder
 LEGACY_SOURCES="stock=34802f6948a24845ec79ea84ee75d5d013d28f137ed5c1429cd081d8a13f9c82
   ostinato=64362b118684f74a887e788c30310999fe75005c9772a98bf1b5e33b11f4b340"
-CALL=${CALL:-520}        # seconds this call may take in all (the device tool stops a call at 600 s: snakemake
-                         # needs time to stop, the tarball to be written)
+CALL=${CALL:-555}        # seconds this call may take in all (the device tool stops a call at 600 s: snakemake
+                         # needs up to 20 s to stop, the tarball a few to be written). A session is replayed whole
+                         # or again, so the longest one (a held-out SWE session: 96 requests, 23,611 output tokens,
+                         # about 400 s at 12 ms per token) must fit in one call with the server's start
 
 # the plans of the carried replays (none without .carry/resume/replay.tar.gz), and the one of config/h200.yaml's replays
 carried_plans() {
