@@ -13,9 +13,8 @@ import pandas as pd
 from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
-from ostinato.inputs import load_json
 from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
-from ostinato.replay.provenance import engine_build, parse_legacy_sources, same_engine
+from ostinato.replay.provenance import engine_backend, engine_build, parse_legacy_sources, same_engine
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
 from ostinato.server.client import APIS
@@ -182,12 +181,6 @@ def _check_server_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--server-url: the engine runs elsewhere; {', '.join(started)} would not reach it")
     if args.api != "llama" and (args.routing_force_dir or args.routing_record_dir):
         raise ValueError(f"--api {args.api}: routing traces are a llama-server (stock/ostinato) feature")
-
-
-def engine_backend(server_bin: Path | None) -> str | None:
-    """The backend (`cpu`, `cuda`) of the engine build a llama-server binary belongs to (`engine_build`)."""
-    build = engine_build(server_bin)
-    return build["backend"] or None if build else None
 
 
 def run_cmd(args: argparse.Namespace) -> int:
