@@ -14,7 +14,7 @@ from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
-from ostinato.replay.provenance import engine_backend, engine_build, parse_legacy_sources, same_engine
+from ostinato.replay.provenance import engine_build, parse_legacy_sources, same_engine
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
 from ostinato.server.client import APIS
@@ -218,13 +218,14 @@ def run_cmd(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         api=args.api, model_name=args.model_name, routing_root=args.routing_root, record_probs=args.record_probs,
     )
+    build = engine_build(args.server_bin)
     run_info = {
         **sessions_digest(args.sessions),
         "engine_preset": {"name": engine.name, "description": engine.description} if args.preset else None,
         "routing_force_dir": str(args.routing_force_dir) if args.routing_force_dir else None,
         "machine_info": machine.to_json(),
-        "engine_backend": engine_backend(args.server_bin),
-        "engine_build": engine_build(args.server_bin),  # a resumed replay must run the same build (SETUP_KEYS)
+        "engine_backend": (build or {}).get("backend") or None,
+        "engine_build": build,  # a resumed replay must run the same build (SETUP_KEYS)
         "record_probs": args.record_probs or None,  # absent from replays without it, so they resume as before
     }
     if args.server_url is None:

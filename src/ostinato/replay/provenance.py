@@ -30,12 +30,6 @@ def engine_build(server_bin: Path | str | None) -> dict | None:
     return {k: info.get(k, "") for k in ("variant", "backend", "fingerprint", "sources")}
 
 
-def engine_backend(server_bin: Path | str | None) -> str | None:
-    """The backend (`cpu`, `cuda`) of the engine build a llama-server binary belongs to (`engine_build`)."""
-    build = engine_build(server_bin)
-    return (build["backend"] or None) if build else None
-
-
 @dataclass(frozen=True)
 class EngineMatch:
     """Whether a replay's engine is the build its server binary is now, and why (or why not)."""

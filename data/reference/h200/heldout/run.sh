@@ -26,10 +26,11 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
+# config/h200.yaml with the CUDA engine built from the carried tree
+CONFIG=(--configfile config/h200.yaml
+        --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}")
 smk() {
-  timeout -k 20 "$1" python3 -m snakemake --cores all --configfile config/h200.yaml \
-      --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
-      --rerun-triggers mtime --keep-going "${@:2}"
+  timeout -k 20 "$1" python3 -m snakemake --cores all "${CONFIG[@]}" --rerun-triggers mtime --keep-going "${@:2}"
 }
 start=$(date +%s)
 # the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
@@ -82,20 +83,19 @@ replay() {
       cp -r /tmp/resume/results/replay results/ 2>/dev/null || true
       # a finished replay is kept only if it ran the engine build this machine has (`replay same-engine`: the
       # fingerprint its runs.json records; replays from before it was recorded ran the code of LEGACY_SOURCES)
-      done_csv=""
-      for csv in $(cd /tmp/resume && find results/replay -name '*.sessions.csv' ! -name sessions.csv | sort); do
-        dir=${csv%.sessions.csv}
-        if ost replay same-engine "$dir" --legacy-sources $LEGACY_SOURCES; then
-          done_csv="$done_csv $csv"
-        else
-          echo "resume: $dir ran another engine build, replayed again"
+      done_csv=$(cd /tmp/resume && find results/replay -name '*.sessions.csv' ! -name sessions.csv | sort)
+      if [ -n "$done_csv" ]; then
+        # one line per replay, `DIFFERENT: <dir>: why` for those that ran another build (exit 1 then)
+        check=$(ost replay same-engine ${done_csv//.sessions.csv/} --legacy-sources $LEGACY_SOURCES || true)
+        echo "$check"
+        for dir in $(echo "$check" | sed -n 's/^DIFFERENT: \([^:]*\): .*/\1/p'); do
           rm -rf "$dir" "$dir".sessions.csv "$dir".requests.csv "$dir".benchmark.tsv
-        fi
-      done
-      [ -n "$done_csv" ] && python3 -m snakemake --cores 1 --configfile config/h200.yaml \
-          --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
-          --touch $done_csv > "$OUT/snakemake-touch.log" 2>&1
-      echo "resume: $(echo $done_csv | wc -w) finished replays carried"
+          done_csv=$(echo "$done_csv" | grep -vx "$dir.sessions.csv" || true)
+        done
+      fi
+      [ -n "$done_csv" ] && python3 -m snakemake --cores 1 "${CONFIG[@]}" --touch $done_csv \
+          > "$OUT/snakemake-touch.log" 2>&1
+      echo "resume: $(echo $done_csv | wc -w) finished replays carried (the others are replayed again)"
     else
       echo "resume: this machine's plans differ from the carried ones; the carried replays are not used"
     fi
