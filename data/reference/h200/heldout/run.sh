@@ -17,6 +17,9 @@
 #                                   ran (`ostinato replay same-engine`; then marked up to date with `snakemake
 #                                   --touch`); its unfinished ones resume from their .partial directories (`replay run`
 #                                   restarts one whose engine build changed).
+#   RERUN="ostinato ..."            optional: engines whose carried finished replays are replayed again on this machine
+#                                   (all of them, in every set and run), so that the engines this session replays are
+#                                   compared with them on one machine
 # Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
 # and the snakemake log (default OUT: out/ beside this script).
 set -euo pipefail
@@ -87,6 +90,12 @@ replay() {
       if [ -n "$done_csv" ]; then
         # one line per replay, `DIFFERENT: <dir>: why` for those that ran another build (exit 1 then)
         check=$(ost replay same-engine ${done_csv//.sessions.csv/} --legacy-sources $LEGACY_SOURCES || true)
+        # and those of the engines in RERUN, which this machine replays again beside the ones not yet replayed
+        for e in ${RERUN:-}; do
+          for c in $(echo "$done_csv" | grep "/$e\.sessions\.csv$" || true); do
+            check+=$'\n'"DIFFERENT: ${c%.sessions.csv}: RERUN names $e"
+          done
+        done
         echo "$check"
         for dir in $(echo "$check" | sed -n 's/^DIFFERENT: \([^:]*\): .*/\1/p'); do
           rm -rf "$dir" "$dir".sessions.csv "$dir".requests.csv "$dir".benchmark.tsv
