@@ -136,3 +136,13 @@ def test_baseline_policy_presets_use_the_pools(name, flags, offload):
     assert PLAN_RULES[name] == ("uniform" if name == "ktransformers-placement" else "frequency")
     with pytest.raises(ValueError, match="needs a residency plan"):
         preset(name, ExpertBudget((100,) * 4))
+
+
+def test_borrow_preset_is_the_overlap_preset_with_borrowed_memory():
+    """`ostinato-borrow` (Figure 8c's step 4 on this engine) adds borrowed memory to `ostinato-overlap`, nothing else."""
+    budget = ExpertBudget((V4_LAYER,) * 8, 14 * GIB)
+    o = preset("ostinato-overlap", budget, plan="p.json", upload_min=256)
+    b = preset("ostinato-borrow", budget, plan="p.json", upload_min=256)
+    assert b.name == "ostinato-borrow" and b.variant == "ostinato" and b.env == o.env == {}
+    assert b.server_args == o.server_args + ("--residency-borrow", "all")
+    assert PLAN_RULES["ostinato-borrow"] == "frequency"

@@ -288,6 +288,125 @@ def test_branches_flag_is_checked(engine_variants, tiny_model, tmp_path):
         assert message in (tmp_path / "server-bad-branches.log").read_text()
 
 
+BORROW_PREDICT = 16  # decode steps enough for copies to join and be hit (the forced trace covers them)
+
+
+def test_borrowed_memory_lends_decode_the_staging_area(engine_variants, model_case):
+    """--residency-borrow: decode steps compute the cold experts the CPU used most from borrowed staging slots (copied
+    by a background thread, joining at the next token boundary), and an upload pass takes every slot back. Same plan and
+    routing: the same tokens, and bitwise the same probabilities with the branches in turn and overlapped (the tables
+    follow the routing alone, whatever the copies' timing); on the CPU build, where one kernel computes both branches,
+    also bitwise those of the engine without borrowing. GET /residency counts the steps that hit a borrowed expert."""
+    model, shape, trace, _, tmp = model_case
+    plan = tmp / "plan-borrow.json"
+    write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 9)))
+    cpu = os.environ.get("OSTINATO_ENGINE_BACKEND", "cpu") == "cpu"
+
+    def run(name: str, upload_min: int, requests: int, *args: str) -> tuple[list[dict], dict]:
+        with _server(engine_variants["ostinato"], model, tmp, name, "--residency-plan", str(plan),
+                     "--residency-upload-min", str(upload_min), *args) as srv:
+            before = _timings(srv)["borrow"]  # (the start-up warm-up's passes)
+            outs = [_complete(srv, trace, n_predict=BORROW_PREDICT) for _ in range(requests)]
+            after = _timings(srv)["borrow"]
+        return outs, {k: after[k] - before[k] if k not in ("slots", "active") else after[k] for k in after}
+
+    # split path only (Np beyond the prompt): nothing is taken back
+    (off,), st_off = run("borrow-off", 4096, 1)
+    assert st_off["slots"] == 0 and st_off["hits"] == 0
+    outs, stats = {}, {}
+    for branches in ("inturn", "overlap"):
+        (outs[branches],), stats[branches] = run(f"borrow-{branches}", 4096, 1, "--residency-borrow", "all",
+                                                 "--residency-branches", branches)
+    st = stats["inturn"]
+    assert stats["overlap"] == {**st, "ms": stats["overlap"]["ms"], "wait_ms": stats["overlap"]["wait_ms"]}
+    assert st["slots"] == shape.n_expert  # one pool, its staging area's experts
+    assert st["steps"] == BORROW_PREDICT - 1  # one token boundary per decode step (the last token is not computed)
+    assert st["admissions"] > 0 and st["active"] == st["admissions"] - st["evictions"] > 0
+    assert 0 < st["steps_hit"] <= st["steps"] and st["hits"] >= st["steps_hit"]
+    assert st["reclaimed"] == 0 and st["bytes"] > 0
+    assert outs["overlap"]["tokens"] == outs["inturn"]["tokens"] == off["tokens"]
+    assert np.array_equal(_probs(outs["overlap"]), _probs(outs["inturn"]))
+    if cpu:
+        assert np.array_equal(_probs(outs["inturn"]), _probs(off))
+    else:
+        np.testing.assert_allclose(_probs(outs["inturn"]), _probs(off), rtol=1e-3, atol=1e-3)
+
+    # a prompt that takes the upload path takes back what the last request's decode borrowed
+    ref, _ = run("borrow-upload-off", 32, 2)
+    got, st = run("borrow-upload", 32, 2, "--residency-borrow", "all")
+    assert st["reclaim_passes"] >= 1 and st["reclaimed"] > 0 and st["hits"] > 0
+    for g, r in zip(got, ref):
+        assert g["tokens"] == r["tokens"]
+        if cpu:
+            assert np.array_equal(_probs(g), _probs(r))
+        else:
+            np.testing.assert_allclose(_probs(g), _probs(r), rtol=1e-3, atol=1e-3)
+
+
+def test_borrowed_memory_follows_the_python_reference(engine_variants, model_case):
+    """The engine's borrow counters equal those of `ostinato.residency.borrow.BorrowedSlots` run over the same passes
+    (as the timers report them: the prompt's, each layer's rows, then one pass per decode step) and the same forced
+    routes, with few slots and a small margin so that the slots fill up and experts are evicted."""
+    from dataclasses import asdict
+
+    from ostinato.residency.borrow import BorrowedSlots, BorrowParams
+    from ostinato.routing.trace import read_trace
+
+    model, shape, trace, _, tmp = model_case
+    hot = _random_plan(shape, 10)
+    plan = tmp / "plan-borrow-ref.json"
+    write_plan(plan, single_gpu_plan(shape, hot))
+    params = BorrowParams(slots=3, decay=0.9, margin=0.1, admit=2)
+    # no warm-up (its routing is the model's own); the server's start-up check of the context (two tokens from position
+    # 0, after the routing flags) is forced, as the request's prompt
+    with _server(engine_variants["ostinato"], model, tmp, "borrow-ref", "--residency-plan", str(plan), "--no-warmup",
+                 "--routing-force", str(trace), "--residency-upload-min", "4096", "--residency-timers",
+                 "--residency-borrow", str(params.slots), "--residency-borrow-decay", str(params.decay),
+                 "--residency-borrow-margin", str(params.margin), "--residency-borrow-admit", str(params.admit)) as srv:
+        first = max([t["pass"] for t in _timings(srv)["timings"]], default=0) + 1  # the request's first pass
+        _complete(srv, trace, n_predict=BORROW_PREDICT)
+        got = _timings(srv)
+    assert "in 1 pool(s)" in srv.log_tail(10**7)  # a single-GPU plan of equal-sized layers
+    moe = shape.moe_layers()
+    ref = BorrowedSlots(hot, [0 if l in moe else -1 for l in range(shape.n_layer)], params)
+    ids = read_trace(trace).ids
+    pos = 0
+    for p in sorted({t["pass"] for t in got["timings"]}):
+        rows = {t["layer"]: t["n_tokens"] for t in got["timings"] if t["pass"] == p}
+        n = rows[moe[0]]
+        if p == first:
+            pos = 0
+        if n == 1:
+            ref.boundary()
+        for l in moe:
+            ref.record(l, ids[pos + n - rows[l]:pos + n, l], decode=n == 1)
+        pos += n
+    assert pos == len(PROMPT) + BORROW_PREDICT - 1, [(t["pass"], t["layer"], t["n_tokens"]) for t in got["timings"]]
+    assert {k: got["borrow"][k] for k in asdict(ref.counts)} == asdict(ref.counts)
+    assert ref.counts.evictions > 0 and ref.counts.steps_hit > 0
+
+
+def test_borrow_flags_are_checked(engine_variants, tiny_model, llama_tree, tmp_path):
+    shape = moe_shape_from_gguf(tiny_model, llama_tree)
+    plan = tmp_path / "plan.json"
+    write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 1)))
+    with_plan = ("--residency-plan", str(plan))
+    for args, message in [
+            (("--residency-borrow", "some"), "--residency-borrow must be 'off', 'all' or a number of slots >= 0, got 'some'"),
+            (("--residency-borrow", "4"), "--residency-borrow needs --residency-plan"),
+            ((*with_plan, "--residency-borrow", "4", "--residency-policy", "lru"),
+             "--residency-borrow and --residency-policy lru cannot be combined"),
+            ((*with_plan, "--residency-borrow", "all", "--residency-prefill", "native"),
+             "--residency-borrow and --residency-prefill native cannot be combined"),
+            ((*with_plan, "--residency-borrow-decay", "0"), "--residency-borrow-decay must be a number in (0, 1], got '0'"),
+            ((*with_plan, "--residency-borrow-margin", "-1"), "--residency-borrow-margin must be a number >= 0, got '-1'"),
+            ((*with_plan, "--residency-borrow-admit", "0"), "--residency-borrow-admit must be at least 1")]:
+        srv = _server(engine_variants["ostinato"], tiny_model, tmp_path, "bad-borrow", *args)
+        with pytest.raises(ServerError):
+            srv.start()
+        assert message in (tmp_path / "server-bad-borrow.log").read_text(), args
+
+
 def test_forced_tokens_come_back_with_a_plan(engine_variants, model_case):
     model, shape, trace, _, tmp = model_case
     plan = tmp / "plan-tokens.json"

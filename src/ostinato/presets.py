@@ -94,6 +94,19 @@ def _ostinato_overlap(budget: ExpertBudget, plan: str | None, upload_min: int) -
                         base.description + "; a split-path pass computes its CPU branch while its GPU branch runs")
 
 
+# the engine flags that lend decode the upload path's staging areas (engine/README.md, "Borrowed memory")
+BORROW_ARGS = ("--residency-borrow", "all")
+
+
+def _ostinato_borrow(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    """Figure 8c's step 4, "+ borrowed memory", on this engine: `ostinato-overlap` with decode steps borrowing the
+    staging areas for the cold experts the CPU computes most (one graph per GPU, step 2, is not built)."""
+    base = _ostinato_overlap(budget, plan, upload_min)
+    return EngineConfig("ostinato-borrow", "ostinato", base.server_args + BORROW_ARGS, {},
+                        base.description + "; decode steps also compute the cold experts the CPU used most from the "
+                                           "staging areas they borrow (upload passes take them back)")
+
+
 def _ostinato_native_prefill_overlap(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
     """Table 8's ablation step 4, "+ overlapped branches": native prefill, decode steps overlap their branches."""
     base = _ostinato_native_prefill(budget, plan, upload_min)
@@ -147,6 +160,7 @@ PRESETS = {
     "ostinato-native-prefill": _ostinato_native_prefill,
     "ostinato-overlap": _ostinato_overlap,
     "ostinato-native-prefill-overlap": _ostinato_native_prefill_overlap,
+    "ostinato-borrow": _ostinato_borrow,
     "llama.cpp-expert-cache": _expert_cache,
     "buun": _buun,
     "ktransformers-placement": _ktransformers,
@@ -157,6 +171,7 @@ PLAN_RULES = {
     "ostinato-native-prefill": "frequency",
     "ostinato-overlap": "frequency",
     "ostinato-native-prefill-overlap": "frequency",
+    "ostinato-borrow": "frequency",
     "llama.cpp-expert-cache": "frequency",
     "buun": "frequency",
     "ktransformers-placement": "uniform",
@@ -177,7 +192,8 @@ def preset(name: str, budget: ExpertBudget, variant: str | None = None,
            plan: str | None = None, upload_min: int = UPLOAD_MIN) -> EngineConfig:
     """The named configuration for this budget; `variant`, extra flags and environment override or add.
 
-    `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato` and `ostinato-overlap` only.
+    `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato`, `ostinato-overlap` and
+    `ostinato-borrow` only.
     ik_llama.cpp ports llama.cpp's expert cache (the paper, Section 2): its policy is `llama.cpp-expert-cache`.
     """
     if name not in PRESETS:

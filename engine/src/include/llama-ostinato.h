@@ -108,6 +108,29 @@ extern "C" {
             struct llama_model * model,
             const struct llama_residency_policy_params * params);
 
+    // Borrowed memory (engine/README.md, "Borrowed memory"): in decode the upload path's staging areas are idle, so
+    // up to n_slot experts per pool are lent them. Every CPU use of a cold expert adds 1 to its score, all scores are
+    // multiplied by decay at every decode step, a background thread copies the highest-scored cold experts (n_admit per
+    // pool and step) into free slots while the step computes (a newcomer replaces the lowest-scored borrowed expert
+    // when it scores more than (1 + margin) times as much), and they join the GPU branch of single-token passes at the
+    // next token boundary, which waits for copies not yet done (the tables then depend on the routing alone). An upload
+    // pass takes all slots back first. Static policy and the split and upload paths only (no --residency-prefill
+    // native, no lru or decay policy). n_slot 0 turns it off.
+    struct llama_residency_borrow_params {
+        uint32_t n_slot; // borrowed slots per pool, at most the experts of its staging area (a layer's routed experts)
+        double   decay;  // in (0, 1]
+        double   margin; // >= 0
+        uint32_t n_admit; // copies queued per pool and token boundary (they join at the next one), at least 1
+    };
+
+    LLAMA_API struct llama_residency_borrow_params llama_residency_borrow_default_params(void);
+
+    // set the borrowed memory of a model with a plan, before any context; -1 (an error logged) without a plan, with
+    // bad parameters or with another policy or the native prefill
+    LLAMA_API int32_t llama_model_residency_set_borrow(
+            struct llama_model * model,
+            const struct llama_residency_borrow_params * params);
+
     struct llama_residency_stats {
         int64_t  n_resident;       // experts in the pools
         uint64_t n_upload_pass;    // forward passes that took the upload path
@@ -119,6 +142,19 @@ extern "C" {
         uint64_t n_cache_admissions; // experts copied into the pool by the policy
         uint64_t n_cache_bytes;      // their bytes
         int64_t  t_cache_us;         // time spent copying them
+        int64_t  n_borrow_slots;       // borrowed memory: slots over all pools (0: off)
+        int64_t  n_borrow_active;      // experts in borrowed slots that the tables use now
+        uint64_t n_borrow_admissions;  // experts that joined the tables
+        uint64_t n_borrow_evictions;   // borrowed experts replaced by higher-scored ones
+        uint64_t n_borrow_reclaimed;   // borrowed experts (in the tables or being copied) taken back by upload passes
+        uint64_t n_borrow_reclaim_passes; // upload passes that took some back
+        uint64_t n_borrow_steps;       // decode steps (single-token passes)
+        uint64_t n_borrow_steps_hit;   // decode steps that computed at least one route on a borrowed expert
+        uint64_t n_borrow_hits;        // routes of decode steps computed on borrowed experts
+        uint64_t n_borrow_cpu_routes;  // routes of cold experts computed on the CPU, in all split-path passes
+        uint64_t n_borrow_bytes;       // bytes copied into borrowed slots
+        int64_t  t_borrow_us;          // the background thread's copy time
+        int64_t  t_borrow_wait_us;     // time token boundaries waited for copies not yet done
     };
 
     // statistics of the model's pools since the plan was loaded; -1 if no plan is loaded

@@ -26,6 +26,7 @@ using json = nlohmann::json;
 static const char * k_kind_name[LLAMA_RESIDENCY_N_KIND] = { "up", "gate", "down", "gate_up" };
 
 llama_residency::~llama_residency() {
+    borrow.reset(); // its thread copies into the buffers below
     for (auto * b : bufs) {
         ggml_backend_buffer_free(b);
     }
@@ -87,6 +88,25 @@ static void residency_write_tables(const llama_residency & rsd, int il, const st
     ggml_backend_tensor_set(lr.tab_slot,  t_slot.data(),  0, n_tab*sizeof(int32_t));
     ggml_backend_tensor_set(lr.tab_cold,  t_cold.data(),  0, n_tab*sizeof(int32_t));
     ggml_backend_tensor_set(lr.tab_stage, t_stage.data(), 0, n_tab*sizeof(int32_t));
+}
+
+// borrowed memory: the decode tables of one layer (active[e]: borrowed slot of expert e, -1 if none)
+static void residency_write_borrow_tables(const llama_residency & rsd, int il, const std::vector<int32_t> & active) {
+    const auto & lr = rsd.layers[il];
+    const auto & p  = rsd.pools[lr.pool];
+    const auto & plan = rsd.slot_of[il];
+    const int64_t n_expert = p.n_expert, n_used = p.n_used;
+    const size_t n_tab = (size_t) n_used*n_expert;
+    std::vector<int32_t> t_borrow(n_tab), t_cold(n_tab);
+    for (int64_t j = 0; j < n_used; ++j) {
+        for (int64_t e = 0; e < n_expert; ++e) {
+            const size_t i = (size_t) (j*n_expert + e);
+            t_borrow[i] = active[e] >= 0 ? active[e] : (int32_t) (p.n_expert + j);
+            t_cold[i]   = plan[e] < 0 && active[e] < 0 ? (int32_t) e : -1;
+        }
+    }
+    ggml_backend_tensor_set(lr.tab_borrow, t_borrow.data(), 0, n_tab*sizeof(int32_t));
+    ggml_backend_tensor_set(lr.tab_cold_b, t_cold.data(),   0, n_tab*sizeof(int32_t));
 }
 
 // the plan's JSON types, as its schema states them (src/ostinato/residency/plan.schema.json): "" if they hold,
@@ -364,7 +384,7 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
     for (size_t ip = 0; ip < rsd->pools.size(); ++ip) {
         auto & p = rsd->pools[ip];
         ggml_init_params ip_params = {
-            /*.mem_size   =*/ ggml_tensor_overhead() * (2*LLAMA_RESIDENCY_N_KIND + 3*n_layer + 1),
+            /*.mem_size   =*/ ggml_tensor_overhead() * (2*LLAMA_RESIDENCY_N_KIND + 5*n_layer + 1),
             /*.mem_buffer =*/ nullptr,
             /*.no_alloc   =*/ true,
         };
@@ -398,6 +418,10 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
             ggml_format_name(lr.tab_slot,  "residency_slot-%u", il);
             ggml_format_name(lr.tab_cold,  "residency_cold-%u", il);
             ggml_format_name(lr.tab_stage, "residency_stage-%u", il);
+            lr.tab_borrow = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, (int64_t) n_used*n_expert);
+            lr.tab_cold_b = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, (int64_t) n_used*n_expert);
+            ggml_format_name(lr.tab_borrow, "residency_borrow-%u", il);
+            ggml_format_name(lr.tab_cold_b, "residency_cold_b-%u", il);
         }
 
         p.route_offset = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_used, 1);
@@ -438,6 +462,11 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
         residency_write_tables(*rsd, (int) il, slot_of[il]);
     }
     rsd->slot_of = std::move(slot_of);
+    for (uint32_t il = 0; il < n_layer; ++il) {
+        if (rsd->layers[il].pool >= 0) {
+            residency_write_borrow_tables(*rsd, (int) il, std::vector<int32_t>(n_expert, -1)); // nothing borrowed
+        }
+    }
     std::vector<float> off(n_used);
     for (uint32_t j = 0; j < n_used; ++j) {
         off[j] = (float) ((size_t) j*n_expert); // exact in F32 (far below 2^24)
@@ -488,7 +517,38 @@ static void residency_log_header(FILE * f) {
     fflush(f);
 }
 
+static ggml_backend_t residency_backend_for(ggml_backend_sched_t sched, ggml_backend_dev_t dev);
+
+// borrowed memory before a pass runs: an upload pass takes every borrowed slot back (it fills the staging areas with its
+// own cold experts), a decode step is a token boundary (experts copied since the last one join, new copies are queued);
+// the layers whose decode tables change are rewritten once the pools' devices are idle
+static void residency_borrow_before(llm_graph_input_residency & inp) {
+    const llama_residency & rsd = *inp.rsd;
+    std::set<int> dirty;
+    if (!inp.upload_nodes.empty()) {
+        rsd.borrow->reclaim(dirty);
+    } else if (inp.borrow_decode) {
+        rsd.borrow->boundary(dirty);
+    }
+    if (dirty.empty()) {
+        return;
+    }
+    std::set<ggml_backend_t> sync;
+    for (int il : dirty) {
+        ggml_backend_t b = inp.sched ? residency_backend_for(inp.sched, rsd.pools[rsd.layers[il].pool].dev) : nullptr;
+        if (b != nullptr && sync.insert(b).second) {
+            ggml_backend_synchronize(b); // no pass still reads the tables
+        }
+    }
+    for (int il : dirty) {
+        residency_write_borrow_tables(rsd, il, rsd.borrow->active[il]);
+    }
+}
+
 void llm_graph_input_residency::set_input(const llama_ubatch * ubatch) {
+    if (rsd->borrow && ubatch != nullptr) {
+        residency_borrow_before(*this);
+    }
     llama_residency_policy * pol = rsd->policy.get();
     if (pol == nullptr || ubatch == nullptr) {
         return;
@@ -569,14 +629,23 @@ static void residency_cold_inputs(ggml_tensor * out, const ggml_tensor * ids, in
 static void residency_cold_in(ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) nth;
     auto * b = (llama_residency_branch_node *) userdata;
-    if (ith != 0 || b->slot == nullptr) {
+    if (ith != 0) {
+        return;
+    }
+    int n_src = 0;
+    while (n_src < GGML_MAX_SRC && dst->src[n_src] != nullptr) {
+        ++n_src;
+    }
+    const ggml_tensor * ids = dst->src[n_src - 1]; // the last source: the cold ids, I32 [n_used, n_tokens], -1 if not cold
+    if (b->borrow != nullptr) {
+        // borrowed memory: the one before it is the layer's flat route ids (I32 [n_used*n_tokens], contiguous)
+        const ggml_tensor * flat = dst->src[n_src - 2];
+        b->borrow->record(b->layer, (const int32_t *) flat->data, ggml_nelements(flat), b->decode);
+    }
+    if (b->slot == nullptr) {
         return;
     }
     auto * s = b->slot;
-    const ggml_tensor * ids = nullptr;
-    for (int i = 0; i < GGML_MAX_SRC && dst->src[i] != nullptr; ++i) {
-        ids = dst->src[i]; // the last source: the cold ids, I32 [n_used, n_tokens], -1 for a resident route
-    }
     int32_t n_cold = 0;
     for (int64_t t = 0; t < ids->ne[1]; ++t) {
         const int32_t * row = (const int32_t *) ((const char *) ids->data + t*ids->nb[1]);
@@ -704,10 +773,24 @@ ggml_tensor * llama_residency_build_moe(
     ggml_tensor * out_hot = build_experts(ids_hot, p.exps);
     ggml_format_name(out_hot, "ffn_moe_hot-%d", il);
 
+    const bool split = pol != nullptr || n_tokens < (int64_t) rsd->n_upload_min;
+    // borrowed memory: a decode step's GPU branch also computes the experts lent the staging area (other routes on
+    // its zero slots), and its CPU branch only the experts neither holds
+    const bool borrow_decode = rsd->borrow != nullptr && split && n_pass == 1;
+    if (borrow_decode) {
+        ggml_tensor * ids_borrow = residency_lookup(ctx0, lr.tab_borrow, ids_flat, n_used, n_tokens);
+        ggml_format_name(ids_borrow, "ffn_moe_ids_borrow-%d", il);
+        ggml_tensor * out_borrow = build_experts(ids_borrow, p.stage);
+        ggml_format_name(out_borrow, "ffn_moe_borrowed-%d", il);
+        out_hot = ggml_add(ctx0, out_hot, out_borrow);
+        ggml_format_name(out_hot, "ffn_moe_hot_borrowed-%d", il);
+        residency_input_get_or_add(res, rsd)->borrow_decode = true;
+    }
+
     ggml_tensor * out_cold = nullptr;
-    if (pol != nullptr || n_tokens < (int64_t) rsd->n_upload_min) {
+    if (split) {
         // split path: cold routes on the CPU from host memory, resident routes skipped (id -1)
-        ggml_tensor * ids_cold = residency_lookup(ctx0, lr.tab_cold, ids_flat, n_used, n_tokens);
+        ggml_tensor * ids_cold = residency_lookup(ctx0, borrow_decode ? lr.tab_cold_b : lr.tab_cold, ids_flat, n_used, n_tokens);
         ggml_format_name(ids_cold, "ffn_moe_ids_cold-%d", il);
         out_cold = build_experts(ids_cold, lr.host);
         std::set<ggml_tensor *> seen;
@@ -719,10 +802,14 @@ ggml_tensor * llama_residency_build_moe(
         std::vector<ggml_tensor *> in;
         std::set<ggml_tensor *> seen_in;
         residency_cold_inputs(out_cold, ids_cold, 0, seen_in, in);
+        if (rsd->borrow) {
+            in.push_back(ids_flat); // borrowed memory: the layer's routes, counted by cold_in
+        }
         in.push_back(ids_cold);
         if ((int) in.size() <= GGML_MAX_SRC) {
             auto * inp = residency_input_get_or_add(res, rsd);
-            inp->branch_nodes.push_back({p.dev, nullptr, !rsd->overlap || slot != nullptr, slot});
+            inp->branch_nodes.push_back({p.dev, nullptr, !rsd->overlap || slot != nullptr, slot,
+                                         rsd->borrow.get(), il, borrow_decode});
             void * ud = &inp->branch_nodes.back();
             ggml_tensor * cold_in = ggml_custom_4d(ctx0, GGML_TYPE_F32, 1, 1, 1, 1, in.data(), (int) in.size(),
                                                    residency_cold_in, 1, ud);
@@ -738,9 +825,11 @@ ggml_tensor * llama_residency_build_moe(
                                                      residency_cold_done, 1, ud);
             ggml_format_name(cold_done, "ffn_moe_cold_done-%d", il);
             ggml_build_forward_expand(gf, cold_done);
-        } else if (il == rsd->il_first) {
-            LLAMA_LOG_WARN("%s: the cold branch has %zu inputs (more than %d): its branches compute in turn, untimed\n",
-                           __func__, in.size(), GGML_MAX_SRC);
+        } else {
+            if (il == rsd->il_first) {
+                LLAMA_LOG_WARN("%s: the cold branch has %zu inputs (more than %d): its branches compute in turn, untimed%s\n",
+                               __func__, in.size(), GGML_MAX_SRC, rsd->borrow ? ", and no CPU use raises a score" : "");
+            }
         }
     } else {
         // upload path: the eval callback copies each distinct cold expert into the staging area once,
@@ -980,6 +1069,7 @@ void llama_residency_after_build(
         for (auto & b : inp->branch_nodes) {
             b.backend = residency_backend_for(sched, b.dev); // the backend the split path's hot_wait synchronizes
         }
+        inp->sched = sched; // (borrowed memory: the backends to wait for before the tables change)
     }
     if (inp == nullptr || (inp->upload_nodes.empty() && inp->cache_nodes.empty())) {
         ggml_backend_sched_set_eval_callback(sched, cb_user, cb_user_data);
@@ -1009,7 +1099,7 @@ int32_t llama_model_load_residency(struct llama_model * model, const char * path
 }
 
 int32_t llama_model_residency_set_prefill_native(struct llama_model * model, bool native) {
-    if (model->residency == nullptr) {
+    if (model->residency == nullptr || (native && model->residency->borrow)) {
         return -1;
     }
     model->residency->prefill_native = native;
@@ -1115,6 +1205,10 @@ int32_t llama_model_residency_set_policy(struct llama_model * model, const struc
         LLAMA_LOG_ERROR("%s: the native prefill ablation and a dynamic policy cannot be combined\n", __func__);
         return -1;
     }
+    if (rsd.borrow) {
+        LLAMA_LOG_ERROR("%s: borrowed memory and a dynamic policy cannot be combined\n", __func__);
+        return -1;
+    }
 
     auto pol = std::make_unique<llama_residency_policy>();
     pol->params   = pp;
@@ -1179,6 +1273,84 @@ int32_t llama_model_residency_set_policy(struct llama_model * model, const struc
     return 0;
 }
 
+struct llama_residency_borrow_params llama_residency_borrow_default_params(void) {
+    llama_residency_borrow_params p = {};
+    p.n_slot = 0;
+    p.decay  = 0.95;
+    p.margin = 0.25;
+    p.n_admit = 4;
+    return p;
+}
+
+int32_t llama_model_residency_set_borrow(struct llama_model * model, const struct llama_residency_borrow_params * params) {
+    if (model->residency == nullptr) {
+        LLAMA_LOG_ERROR("%s: borrowed memory needs a residency plan (its pools' staging areas)\n", __func__);
+        return -1;
+    }
+    llama_residency & rsd = *model->residency;
+    const auto & pp = *params;
+    if (pp.n_slot == 0) {
+        rsd.borrow.reset();
+        return 0;
+    }
+    if (!(pp.decay > 0.0 && pp.decay <= 1.0) || !(pp.margin >= 0.0) || !std::isfinite(pp.margin) || pp.n_admit < 1) {
+        LLAMA_LOG_ERROR("%s: expected decay in (0, 1], margin >= 0 and admit >= 1, got %g, %g and %u\n", __func__,
+                pp.decay, pp.margin, pp.n_admit);
+        return -1;
+    }
+    if (rsd.policy != nullptr || rsd.prefill_native) {
+        LLAMA_LOG_ERROR("%s: borrowed memory works with the static policy and the split and upload paths only\n", __func__);
+        return -1;
+    }
+    auto bw = std::make_unique<llama_residency_borrow>();
+    bw->params     = pp;
+    bw->n_expert   = rsd.pools.empty() ? 0 : rsd.pools[0].n_expert;
+    bw->plan_slot  = rsd.slot_of;
+    bw->layer_pool.resize(rsd.layers.size());
+    bw->active.assign(rsd.layers.size(), std::vector<int32_t>(bw->n_expert, -1));
+    bw->taken .assign(rsd.layers.size(), std::vector<int32_t>(bw->n_expert, -1));
+    bw->score .assign(rsd.layers.size()*bw->n_expert, 0.0);
+    for (size_t il = 0; il < rsd.layers.size(); ++il) {
+        bw->layer_pool[il] = rsd.layers[il].pool;
+    }
+    int64_t n_total = 0;
+    for (const auto & p : rsd.pools) {
+        // a pool's borrowed slots are the first slots of its staging area (a layer's experts; then its zero slots)
+        const int64_t n = std::min<int64_t>(pp.n_slot, p.n_expert);
+        bw->pool_slots.push_back(n);
+        bw->slot_key.emplace_back(n, -1);
+        bw->state.emplace_back(n, (uint8_t) llama_residency_borrow::FREE);
+        n_total += n;
+    }
+    llama_residency * r = &rsd;
+    llama_residency_borrow * b = bw.get();
+    bw->copy = [r, b](const llama_residency_borrow_job & job) {
+        const auto & lr = r->layers[job.layer];
+        const auto & p  = r->pools[job.pool];
+        for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+            const ggml_tensor * h = lr.host[k];
+            if (h == nullptr) {
+                continue;
+            }
+            // (a CUDA buffer copies on the calling thread's own stream and waits for it: the compute stream goes on)
+            ggml_backend_tensor_set(p.stage[k], (const char *) h->data + (size_t) job.expert*h->nb[2],
+                                    (size_t) job.slot*h->nb[2], h->nb[2]);
+            b->n_bytes += h->nb[2];
+        }
+    };
+    for (size_t il = 0; il < rsd.layers.size(); ++il) {
+        if (rsd.layers[il].pool >= 0) {
+            residency_write_borrow_tables(rsd, (int) il, bw->active[il]);
+        }
+    }
+    bw->start();
+    rsd.borrow = std::move(bw);
+    LLAMA_LOG_INFO("%s: decode steps borrow %" PRId64 " staging slots in %zu pool(s) for the highest-scored cold experts "
+            "(decay %g, margin %g, %u copies per pool and step); upload passes take them back\n", __func__, n_total,
+            rsd.pools.size(), pp.decay, pp.margin, pp.n_admit);
+    return 0;
+}
+
 int32_t llama_model_residency_stats(const struct llama_model * model, struct llama_residency_stats * out) {
     if (model->residency == nullptr) {
         return -1;
@@ -1194,6 +1366,25 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
     out->n_cache_admissions = r.policy ? r.policy->n_admissions : 0;
     out->n_cache_bytes      = r.policy ? r.policy->n_copy_bytes : 0;
     out->t_cache_us         = r.policy ? r.policy->t_copy_us    : 0;
+    const llama_residency_borrow * bw = r.borrow.get();
+    out->n_borrow_slots = 0;
+    if (bw != nullptr) {
+        for (int64_t n : bw->pool_slots) {
+            out->n_borrow_slots += n;
+        }
+    }
+    out->n_borrow_active         = bw ? bw->n_active.load()         : 0;
+    out->n_borrow_admissions     = bw ? bw->n_admissions.load()     : 0;
+    out->n_borrow_evictions      = bw ? bw->n_evictions.load()      : 0;
+    out->n_borrow_reclaimed      = bw ? bw->n_reclaims.load()       : 0;
+    out->n_borrow_reclaim_passes = bw ? bw->n_reclaim_passes.load() : 0;
+    out->n_borrow_steps          = bw ? bw->n_steps.load()          : 0;
+    out->n_borrow_steps_hit      = bw ? bw->n_steps_hit.load()      : 0;
+    out->n_borrow_hits           = bw ? bw->n_hits.load()           : 0;
+    out->n_borrow_cpu_routes     = bw ? bw->n_cpu_routes.load()     : 0;
+    out->n_borrow_bytes          = bw ? bw->n_bytes.load()          : 0;
+    out->t_borrow_us             = bw ? bw->t_copy_us.load()        : 0;
+    out->t_borrow_wait_us        = bw ? bw->t_wait_us.load()        : 0;
     for (const auto & lr : r.layers) {
         out->n_resident += lr.n_resident;
     }

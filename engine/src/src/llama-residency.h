@@ -22,6 +22,7 @@
 struct llama_model;
 
 #include "llama-residency-policy.h"
+#include "llama-residency-borrow.h"
 #include "llama-ostinato.h"
 
 #include <deque>
@@ -63,6 +64,10 @@ struct llama_residency_layer {
     ggml_tensor * tab_slot  = nullptr; // pool slot of a resident expert, else pool zero slot j
     ggml_tensor * tab_cold  = nullptr; // the expert if cold, -1 if resident
     ggml_tensor * tab_stage = nullptr; // the expert if cold, else staging zero slot j
+    // borrowed memory (decode passes): the borrowed slot of an expert that has one, else staging zero slot j; and the
+    // expert if neither the plan nor a borrowed slot holds it, else -1
+    ggml_tensor * tab_borrow = nullptr;
+    ggml_tensor * tab_cold_b = nullptr;
 };
 
 // the in-engine timers (--residency-timers): CPU nodes around a split-path layer's branches stamp the times in the
@@ -107,6 +112,9 @@ struct llama_residency {
 
     // the expert policy (--residency-policy); null: static (the plan's experts for the whole run)
     std::unique_ptr<llama_residency_policy> policy;
+
+    // borrowed memory (--residency-borrow); null: off. Its thread copies into the pools' buffers: stopped first
+    std::unique_ptr<llama_residency_borrow> borrow;
 
     std::vector<ggml_context *>         ctxs;
     std::vector<ggml_backend_buffer_t>  bufs;
@@ -156,6 +164,9 @@ struct llama_residency_branch_node {
     ggml_backend_t               backend = nullptr; // the graph's backend for dev (llama_residency_after_build)
     bool                         wait    = true;    // in turn (or timed): the CPU branch starts after the GPU branch
     llama_residency_timer_slot * slot    = nullptr; // the layer's timer slot (--residency-timers), else null
+    llama_residency_borrow     * borrow  = nullptr; // borrowed memory: cold_in counts the layer's routes
+    int                          layer   = -1;
+    bool                         decode  = false;   // a single-token pass (its GPU branch has the borrowed slots)
 };
 
 // graph input that lists the upload nodes of one graph (the staging ids of each upload layer)
@@ -178,6 +189,7 @@ public:
     bool     native   = false; // the pass computes as llama.cpp does (the policy does not serve it)
     bool     started  = false; // the pass's first cache node was handled (decay: the token boundary)
     std::set<int> swapped;     // decay: the layers whose pool the pass's token boundary changed
+    bool     borrow_decode = false; // borrowed memory: the graph's GPU branch has the borrowed slots
     int64_t  pos0     = -1;    // first position and tokens of the pass in flight
     int64_t  n_tokens = 0;
     uint64_t pass     = 0;

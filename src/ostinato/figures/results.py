@@ -279,10 +279,12 @@ def ablation(table: pd.DataFrame, steps: dict[str, int] | None = None) -> pd.Dat
 
 # the engine presets that stand for Figure 8c's decode steps in a sweep, with the paper's configuration they match
 # (the paper's step 1 overlaps its two branches through per-segment graphs; this engine's in-turn order is a step
-# before it, and its later steps, one graph per GPU and borrowed memory, are not built)
+# before it; its steps 2 and 3, one graph per GPU and the pool's threads set up once, are not built, so its borrowed
+# memory stands on per-segment graphs)
 DECODE_STEP = {"llama.cpp-layers": (0, "layer placement"),
                "ostinato": (0, "two branches in turn, per-segment graphs"),
-               "ostinato-overlap": (1, "two branches with per-segment graphs")}
+               "ostinato-overlap": (1, "two branches with per-segment graphs"),
+               "ostinato-borrow": (4, "borrowed memory, on per-segment graphs")}
 
 
 def decode_steps(sweeps: dict[str, dict], table8_csv: str | Path) -> pd.DataFrame:

@@ -44,6 +44,12 @@ inline server_http_res_ptr ostinato_residency_response(llama_context * ctx, cons
                     {"ms", st.t_upload_us / 1e3}}},
         {"cache", {{"hits", st.n_cache_hits}, {"misses", st.n_cache_misses}, {"admissions", st.n_cache_admissions},
                    {"bytes", st.n_cache_bytes}, {"ms", st.t_cache_us / 1e3}}},
+        {"borrow", {{"slots", st.n_borrow_slots}, {"active", st.n_borrow_active},
+                    {"admissions", st.n_borrow_admissions}, {"evictions", st.n_borrow_evictions},
+                    {"reclaimed", st.n_borrow_reclaimed}, {"reclaim_passes", st.n_borrow_reclaim_passes},
+                    {"steps", st.n_borrow_steps}, {"steps_hit", st.n_borrow_steps_hit}, {"hits", st.n_borrow_hits},
+                    {"cpu_routes", st.n_borrow_cpu_routes}, {"bytes", st.n_borrow_bytes},
+                    {"ms", st.t_borrow_us / 1e3}, {"wait_ms", st.t_borrow_wait_us / 1e3}}},
     };
     // without timers (n_max 0 answers -1) nothing is allocated; with them, room for as many as the engine keeps
     const bool timers = llama_model_residency_timings(model, (uint64_t) after, nullptr, 0) >= 0;

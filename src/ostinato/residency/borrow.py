@@ -1,0 +1,141 @@
+"""Borrowed memory (`--residency-borrow`), as the engine runs it, in plain Python.
+
+In decode the upload path's staging area (one layer's experts per pool) is idle, so the engine lends up to `slots` of
+it per pool to the cold experts the CPU computes most (engine/README.md, "Borrowed memory"):
+
+- every route of a plan-cold expert that a split-path pass computes on the CPU adds 1 to its score; in a decode step a
+  route on a borrowed expert is a hit instead;
+- at each decode step's token boundary the copies queued at the last boundary join the tables (the engine waits for
+  them), every score is multiplied by `decay`, and up to `admit` copies per pool are queued: the highest-scored cold
+  experts no slot holds (ties: lower layer, lower expert), each into the lowest free slot or in place of the
+  lowest-scored borrowed expert in the tables (the lowest slot among equals) when it scores more than
+  `1 + margin` times as much; the first candidate that does not stops the pool's queue;
+- an upload pass takes every slot back first.
+
+`BorrowedSlots` follows the same rules with the same arithmetic (double-precision scores), so its counters equal the
+engine's GET /residency counters for the same passes and routes (`tests/test_residency_engine.py` compares them on the
+CPU build).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BorrowParams:
+    """The engine's flags: `--residency-borrow`, `-decay`, `-margin`, `-admit`."""
+
+    slots: int                 # borrowed slots per pool (at most the pool's experts per layer)
+    decay: float = 0.95
+    margin: float = 0.25
+    admit: int = 4
+
+    def __post_init__(self) -> None:
+        if self.slots < 0 or not 0.0 < self.decay <= 1.0 or not self.margin >= 0.0 or self.admit < 1:
+            raise ValueError(f"borrow parameters: expected slots >= 0, decay in (0, 1], margin >= 0 and admit >= 1, "
+                             f"got {self}")
+
+
+@dataclass
+class BorrowCounts:
+    """The engine's `borrow` counters (GET /residency) that follow from the routing alone."""
+
+    admissions: int = 0
+    evictions: int = 0
+    reclaimed: int = 0
+    reclaim_passes: int = 0
+    steps: int = 0
+    steps_hit: int = 0
+    hits: int = 0
+    cpu_routes: int = 0
+    active: int = 0
+
+
+@dataclass
+class BorrowedSlots:
+    """The borrowed slots of every pool. `hot[layer, expert]`: resident in the plan; `layer_pool[layer]`: the layer's
+    pool, -1 without one (a single-GPU plan of equal-sized layers has one pool, 0)."""
+
+    hot: np.ndarray
+    layer_pool: list[int]
+    params: BorrowParams
+    counts: BorrowCounts = field(default_factory=BorrowCounts)
+
+    def __post_init__(self) -> None:
+        n_layer, self.n_expert = self.hot.shape
+        n_pool = max(self.layer_pool) + 1 if self.layer_pool else 0
+        n = min(self.params.slots, self.n_expert)
+        self.score = np.zeros((n_layer, self.n_expert))
+        self.slot_key: list[list[tuple[int, int] | None]] = [[None] * n for _ in range(n_pool)]
+        self.active: dict[tuple[int, int], int] = {}   # (layer, expert) -> slot, in the tables
+        self.taken: dict[tuple[int, int], int] = {}    # (layer, expert) -> slot, in any state
+        self.loading: list[tuple[int, int]] = []       # (pool, slot) queued at the last boundary
+        self._hit_step = 0
+
+    def record(self, layer: int, experts, decode: bool) -> None:
+        """One layer's routes of a split-path pass (every route, in any order)."""
+        hit = False
+        for e in np.asarray(experts).ravel().tolist():
+            if self.hot[layer, e]:
+                continue
+            if decode and (layer, e) in self.active:
+                hit = True
+                self.counts.hits += 1
+                continue
+            self.score[layer, e] += 1.0
+            self.counts.cpu_routes += 1
+        if hit and self._hit_step != self.counts.steps:
+            self._hit_step = self.counts.steps
+            self.counts.steps_hit += 1
+
+    def boundary(self) -> None:
+        """A decode step's token boundary, before the step computes."""
+        self.counts.steps += 1
+        for ip, s in self.loading:
+            self.active[self.slot_key[ip][s]] = s
+            self.counts.admissions += 1
+            self.counts.active += 1
+        active_slots = {(self.layer_pool[l], s) for (l, _), s in self.active.items()}
+        self.loading = []
+        self.score *= self.params.decay
+        for ip, keys in enumerate(self.slot_key):
+            if not keys:
+                continue
+            cand = [(-self.score[l, e], l, e) for l in range(len(self.layer_pool)) if self.layer_pool[l] == ip
+                    for e in range(self.n_expert)
+                    if self.score[l, e] > 0.0 and not self.hot[l, e] and (l, e) not in self.taken]
+            for neg, l, e in sorted(cand)[: self.params.admit]:
+                sc = -neg
+                slot = next((s for s, k in enumerate(keys) if k is None), None)
+                if slot is None:
+                    low = None
+                    for s, k in enumerate(keys):
+                        if (ip, s) in active_slots and (low is None or self.score[k] < self.score[keys[low]]):
+                            low = s
+                    if low is None or not sc > (1.0 + self.params.margin) * self.score[keys[low]]:
+                        break
+                    old = keys[low]
+                    del self.active[old], self.taken[old]
+                    active_slots.discard((ip, low))
+                    self.counts.evictions += 1
+                    self.counts.active -= 1
+                    slot = low
+                keys[slot] = (l, e)
+                self.taken[(l, e)] = slot
+                self.loading.append((ip, slot))
+
+    def reclaim(self) -> None:
+        """An upload pass: every slot back, in the tables or being copied."""
+        n = sum(k is not None for keys in self.slot_key for k in keys)
+        for keys in self.slot_key:
+            keys[:] = [None] * len(keys)
+        self.active.clear()
+        self.taken.clear()
+        self.loading = []
+        if n:
+            self.counts.reclaimed += n
+            self.counts.reclaim_passes += 1
+        self.counts.active = 0
