@@ -276,15 +276,18 @@ def test_decode_steps_beside_the_paper():
         {"engine": "ostinato", "kind": "decode", "n_new": "", "median_s": 0.008, "ratio_to": "llama.cpp-layers",
          "ratio": 0.8, "ratio_ci_low": 0.7, "ratio_ci_high": 0.9},
         {"engine": "ostinato-overlap", "kind": "decode", "prefix": 128, "n_new": "", "median_s": 0.007},
+        {"engine": "ostinato-borrow", "kind": "decode", "n_new": "", "median_s": 0.006, "borrow_hits_per_step": 1.5},
         {"engine": "ostinato", "kind": "prefill", "n_new": 128, "median_s": 0.5},
         {"engine": "buun", "kind": "decode", "n_new": "", "median_s": 0.009}]}
     t = R.decode_steps({"measured (m)": sweep}, PAPER / "table8_ablation.csv")
     paper = t[(t["series"] == "paper") & (t["workload"] == "SWE held-out")].set_index("step")
     assert paper.loc[4, "decode_step_ms"] == 25.63 and paper.loc[4, "ratio"] == pytest.approx(25.63 / 28.65)
     m = t[t["series"] == "measured (m)"].set_index("engine")
-    assert len(m) == 3  # no prefill row, no preset that stands for no step
+    assert len(m) == 4  # no prefill row, no preset that stands for no step
     row = m.loc["ostinato: two branches in turn, per-segment graphs"]
     assert (row["step"], row["prefix"], row["decode_step_ms"], row["ratio"]) == (0, 64, 8.0, 0.8)
+    b = m.loc["ostinato-borrow: borrowed memory, on per-segment graphs"]
+    assert (b["step"], b["borrow_hits_per_step"]) == (4, 1.5) and np.isnan(row["borrow_hits_per_step"])
     assert m.loc["ostinato-overlap: two branches with per-segment graphs", "prefix"] == 128  # the row's own prefix
 
 

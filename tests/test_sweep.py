@@ -158,7 +158,7 @@ def test_sweep_cli_after_two_prefixes_on_the_cpu_build(engine_variants, tiny_v4_
     parser = argparse.ArgumentParser()
     sweep_cli.register(parser.add_subparsers(dest="group"))
     out = tmp_path / "sweep"
-    engines = "llama.cpp-layers,ostinato,ostinato-overlap"
+    engines = "llama.cpp-layers,ostinato,ostinato-overlap,ostinato-borrow"
     a = parser.parse_args(["sweep", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
                            "--variants-dir", str(engine_variants["ostinato"].parents[1]), "--engines", engines,
                            "--prefix", "64,160", "--sizes", "8,24", "--decode", "6", "--reps", "1", "--threads", "2",
@@ -178,6 +178,13 @@ def test_sweep_cli_after_two_prefixes_on_the_cpu_build(engine_variants, tiny_v4_
     dec = [r for r in summ["rows"] if r["kind"] == "decode"]
     assert sorted((r["engine"], r["prefix"]) for r in dec) == sorted(
         (e, p) for e in engines.split(",") for p in (64, 160))
+    # borrowed memory: the server's counters over each decode request (its decode steps; the others count none)
+    drows = rows[rows["kind"] == "decode"]
+    bor = drows[drows["engine"] == "ostinato-borrow"]
+    assert len(bor) == 2 and bor["borrow_steps"].isin([5, 6]).all(), bor
+    assert (bor["borrow_hits"] >= bor["borrow_steps_hit"]).all() and (bor["borrow_steps_hit"] <= bor["borrow_steps"]).all()
+    assert drows[drows["engine"] != "ostinato-borrow"]["borrow_steps"].isna().all()
+    assert all(("borrow_hits_per_step" in r) == (r["engine"] == "ostinato-borrow") for r in dec)
     cold = json.loads((out / "cold.json").read_text())
     assert set(cold["by_prefix"]) == {"64", "160"} and cold["placements"] == cold["by_prefix"]["64"]
     with pytest.raises(ValueError, match="--prefix"):

@@ -290,7 +290,8 @@ DECODE_STEP = {"llama.cpp-layers": (0, "layer placement"),
 def decode_steps(sweeps: dict[str, dict], table8_csv: str | Path) -> pd.DataFrame:
     """Figure 8c's decode step times: the paper's panel c (relative to its buun baseline) and, for each labelled
     sweep summary (`ostinato sweep`'s summary.json), the decode TPOT of the presets that stand for a step, per
-    prefix, relative to the sweep's baseline (whole-layer placement) with its 95% interval."""
+    prefix, relative to the sweep's baseline (whole-layer placement) with its 95% interval, and the routes computed
+    on borrowed experts per step (`ostinato-borrow`)."""
     t8 = pd.read_csv(table8_csv)
     c = t8[t8["panel"] == "c"]
     rows = []
@@ -299,7 +300,8 @@ def decode_steps(sweeps: dict[str, dict], table8_csv: str | Path) -> pd.DataFram
         for _, r in g.iterrows():
             rows.append({"series": PAPER, "workload": wl, "prefix": np.nan, "step": int(r["step"]), "engine": r["config"],
                          "decode_step_ms": float(r["decode_step_ms"]), "ratio_to": "buun",
-                         "ratio": float(r["decode_step_ms"]) / base, "ratio_ci_low": np.nan, "ratio_ci_high": np.nan})
+                         "ratio": float(r["decode_step_ms"]) / base, "ratio_ci_low": np.nan, "ratio_ci_high": np.nan,
+                         "borrow_hits_per_step": np.nan})
     for label, doc in sweeps.items():
         meta = doc.get("meta", {})
         for r in doc["rows"]:
@@ -310,9 +312,10 @@ def decode_steps(sweeps: dict[str, dict], table8_csv: str | Path) -> pd.DataFram
                          "prefix": r.get("prefix", meta.get("prefix")), "step": step,
                          "engine": f"{r['engine']}: {what}", "decode_step_ms": 1e3 * float(r["median_s"]),
                          "ratio_to": r.get("ratio_to"), "ratio": r.get("ratio", np.nan),
-                         "ratio_ci_low": r.get("ratio_ci_low", np.nan), "ratio_ci_high": r.get("ratio_ci_high", np.nan)})
+                         "ratio_ci_low": r.get("ratio_ci_low", np.nan), "ratio_ci_high": r.get("ratio_ci_high", np.nan),
+                         "borrow_hits_per_step": r.get("borrow_hits_per_step", np.nan)})
     return pd.DataFrame(rows, columns=["series", "workload", "prefix", "step", "engine", "decode_step_ms", "ratio_to",
-                                       "ratio", "ratio_ci_low", "ratio_ci_high"])
+                                       "ratio", "ratio_ci_low", "ratio_ci_high", "borrow_hits_per_step"])
 
 
 def paper_ablation(table8_csv: str | Path, panel: str = "b") -> pd.DataFrame:

@@ -71,6 +71,11 @@ class BenchRow:
     prompt_ms: float | None       # server: prompt processing time
     predicted_per_token_ms: float | None
     error: str = ""
+    # borrowed memory (engines started with --residency-borrow; decode rows): the server's GET /residency counters over
+    # the request: decode steps, steps that computed a borrowed expert, and routes computed on borrowed experts
+    borrow_steps: int | None = None
+    borrow_steps_hit: int | None = None
+    borrow_hits: int | None = None
 
 
 def _row(engine: str, rep: int, kind: str, prefix: int, n_new: int, out: RequestOutput) -> BenchRow:
@@ -78,6 +83,20 @@ def _row(engine: str, rep: int, kind: str, prefix: int, n_new: int, out: Request
     return BenchRow(engine, rep, kind, prefix, n_new, out.n_output, out.ttft, out.latency, out.tpot,
                     t.get("prompt_n"), t.get("prompt_ms"), t.get("predicted_per_token_ms"),
                     "" if out.success else out.error)
+
+
+def _borrow_counters(srv: LlamaServer) -> dict | None:
+    """The server's borrowed-memory counters (GET /residency), None if it serves none."""
+    r = srv.client.get(f"{srv.base_url}/residency")
+    return r.json().get("borrow") if r.status_code == 200 else None
+
+
+def _with_borrow(row: BenchRow, before: dict | None, after: dict | None) -> BenchRow:
+    if before is not None and after is not None:
+        row.borrow_steps = after["steps"] - before["steps"]
+        row.borrow_steps_hit = after["steps_hit"] - before["steps_hit"]
+        row.borrow_hits = after["hits"] - before["hits"]
+    return row
 
 
 @dataclass
@@ -99,6 +118,7 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
                        env=dict(run.config.env), log_path=log_dir / f"server-{run.config.name}.log",
                        startup_timeout_s=startup_timeout_s)
     rows: list[BenchRow] = []
+    borrows = "--residency-borrow" in (*run.config.server_args, *run.extra_args)
     with LlamaServer(cfg) as srv:
         erase_slot(srv.client, srv.base_url)
         for p in plan.prefixes:
@@ -115,9 +135,11 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
                 if plan.n_decode > 1:
                     # after the largest size (cached when it was the last one sent): decode positions follow it
                     n = max(plan.sizes)
+                    before = _borrow_counters(srv) if borrows else None
                     out = send_completion(srv.client, srv.base_url,
                                           RequestInput(tuple(head + new[n]), plan.n_decode, tuple(forced)))
-                    rows.append(_row(run.config.name, rep, "decode", p, n, out))
+                    after = _borrow_counters(srv) if borrows else None
+                    rows.append(_with_borrow(_row(run.config.name, rep, "decode", p, n, out), before, after))
                     if progress:
                         progress(run.config.name, rep, p, -1, out)
     return rows
@@ -147,7 +169,7 @@ def read_rows(path: Path) -> list[BenchRow]:
 
 def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> list[dict]:
     """Median TTFT per (engine, prefix, size) and decode TPOT per (engine, prefix); ratio to `baseline` with a 95%
-    bootstrap CI over reps."""
+    bootstrap CI over reps; for an engine with borrowed memory, its decode rows' borrowed-expert hits per step."""
     from scipy.stats import bootstrap
 
     def series(engine: str, kind: str, p: int, n: int | None) -> np.ndarray:
@@ -170,6 +192,13 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
                 continue
             rec = {"engine": e, "kind": kind, "prefix": p, "n_new": n if n is not None else "", "reps": int(x.size),
                    "median_s": float(np.median(x)), "min_s": float(x.min()), "max_s": float(x.max())}
+            b = [r for r in rows if r.engine == e and r.kind == kind == "decode" and r.prefix == p and not r.error
+                 and r.borrow_steps]
+            if b:
+                # borrowed memory over the decode requests: routes on borrowed experts per step, share of steps hit
+                steps = sum(r.borrow_steps for r in b)
+                rec.update({"borrow_hits_per_step": sum(r.borrow_hits for r in b) / steps,
+                            "borrow_steps_hit_share": sum(r.borrow_steps_hit for r in b) / steps})
             if base.size and e != baseline and x.size == base.size:
                 ratio = float(np.mean(x) / np.mean(base))
                 lo = hi = float("nan")
