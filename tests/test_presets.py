@@ -90,7 +90,7 @@ def test_replay_run_preset_flags(tiny_v4_model, llama_tree, tmp_path):
 
     ns = argparse.Namespace(preset="llama.cpp-layers", expert_budget_gib=(3 * 16 * 64 * 64 * 4 * 2.5) / (1 << 30),
                             llama_tree=llama_tree, model=tiny_v4_model, engine_name="layers", resident_share=None,
-                            expert_capacity=None, plan=None, upload_min=512)
+                            expert_capacity=None, plan=None, upload_min=512, borrow_params=None)
     cfg = _engine_preset(ns)
     assert cfg.server_args == ("-ngl", "99", "--n-cpu-moe", "2") and "GGML_OP_OFFLOAD_MIN_BATCH" in cfg.env
     with pytest.raises(ValueError, match="--llama-tree"):
@@ -146,3 +146,33 @@ def test_borrow_preset_is_the_overlap_preset_with_borrowed_memory():
     assert b.name == "ostinato-borrow" and b.variant == "ostinato" and b.env == o.env == {}
     assert b.server_args == o.server_args + ("--residency-borrow", "all")
     assert PLAN_RULES["ostinato-borrow"] == "frequency"
+
+
+def test_borrow_preset_takes_the_parameters_chosen_on_development_sessions():
+    budget = ExpertBudget((V4_LAYER,) * 8, 14 * GIB)
+    tuned = {"slots": 256, "decay": 0.98, "margin": 0.5, "admit": 4, "hit_share": 0.4}
+    b = preset("ostinato-borrow", budget, plan="p.json", upload_min=256, borrow=tuned)
+    o = preset("ostinato-overlap", budget, plan="p.json", upload_min=256)
+    assert b.server_args == o.server_args + ("--residency-borrow", "256", "--residency-borrow-decay", "0.98",
+                                             "--residency-borrow-margin", "0.5", "--residency-borrow-admit", "4")
+    assert "development sessions" in b.description
+    with pytest.raises(ValueError, match="ostinato-borrow only"):
+        preset("ostinato", budget, plan="p.json", borrow=tuned)
+
+
+def test_replay_cli_reads_the_borrow_tune_json(tmp_path, monkeypatch):
+    import argparse
+
+    from ostinato.replay import cli as rcli
+
+    monkeypatch.setattr(rcli, "resolve_budget", lambda *a: ExpertBudget((V4_LAYER,) * 8, 14 * GIB))
+    args = argparse.Namespace(preset="ostinato-borrow", engine_name="b", expert_budget_gib=None, resident_share=0.5,
+                              expert_capacity=None, llama_tree=tmp_path, model=tmp_path / "m.gguf", plan="p.json",
+                              upload_min=512, borrow_params=str(tmp_path / "b.json"))
+    (tmp_path / "b.json").write_text('{"chosen": {"slots": 8, "decay": 0.9, "margin": 0.25, "admit": 2}}')
+    assert rcli._engine_preset(args).server_args[-8:] == (
+        "--residency-borrow", "8", "--residency-borrow-decay", "0.9", "--residency-borrow-margin", "0.25",
+        "--residency-borrow-admit", "2")
+    (tmp_path / "b.json").write_text('{"grid": []}')
+    with pytest.raises(ValueError, match="'chosen' holds slots, decay, margin and admit"):
+        rcli._engine_preset(args)

@@ -519,12 +519,14 @@ def test_engine_and_python_accept_the_same_plans(engine_variants, tiny_model, ll
     assert outcomes["both accept"] > 0 and outcomes["both refuse"] > 0, outcomes
 
 
-@pytest.mark.parametrize("policy", ["static", "decay"])
+@pytest.mark.parametrize("policy", ["static", "decay", "borrow"])
 def test_whole_sessions_overlapped_replay_bitwise_the_in_turn_replay(engine_variants, model_case, policy):
     """The Appendix A check over whole sessions: multi-turn sessions replayed through llama-server (growing prompts,
     the prompt cache, forced outputs and forced routing), once with the split path's branches in turn and once
     overlapped, return the same tokens and bitwise the same top log-probabilities in every request
-    (`replay run --record-probs`, `replay bitwise`)."""
+    (`replay run --record-probs`, `replay bitwise`). With borrowed memory (static plan), both replays also count the
+    same decode steps on borrowed experts, some of them in every session; on the CPU build, where one kernel computes
+    both branches, they are also bitwise the replay without borrowed memory."""
     import dataclasses
 
     from ostinato.replay.bitwise import compare
@@ -545,13 +547,16 @@ def test_whole_sessions_overlapped_replay_bitwise_the_in_turn_replay(engine_vari
                                  shape.moe_layers(), seed=20 + i))
     plan = tmp / f"plan-bw-{policy}.json"
     write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 9)))
-    pol = ("--residency-policy", policy) if policy != "static" else ()
+    pol = {"static": (), "decay": ("--residency-policy", "decay"), "borrow": ("--residency-borrow", "all")}[policy]
     outs = {}
-    for branches in ("inturn", "overlap"):
+    cpu = os.environ.get("OSTINATO_ENGINE_BACKEND", "cpu") == "cpu"
+    for branches in ("inturn", "overlap") + (("none",) if policy == "borrow" and cpu else ()):
         out = tmp / f"bw-{policy}-{branches}"
-        cfg = ReplayConfig("ostinato", out, machine="test", progress=False, record_probs=4, routing_force_dir=force)
+        cfg = ReplayConfig("ostinato", out, machine="test", progress=False, record_probs=4, routing_force_dir=force,
+                           borrow_counters=policy == "borrow" and branches != "none")
+        flags = ("--residency-branches", "inturn") if branches == "none" else ("--residency-branches", branches, *pol)
         srv = _server(engine_variants["ostinato"], model, tmp, f"bw-{policy}-{branches}", "--residency-plan", str(plan),
-                      "--residency-upload-min", "4096", "--residency-branches", branches, *pol)
+                      "--residency-upload-min", "4096", *flags)
         srv = LlamaServer(dataclasses.replace(srv.config, routing_dir=cfg.routing_dir()))
         with srv:
             summary = run_replay(sessions, srv, cfg)
@@ -561,3 +566,15 @@ def test_whole_sessions_overlapped_replay_bitwise_the_in_turn_replay(engine_vari
     assert report.equal, report.differences[:3]
     assert (report.sessions, report.requests) == (2, 6)
     assert report.tokens == sum(len(r.output_token_ids) for s in sessions for r in s.requests)
+    if policy == "borrow":
+        assert report.borrow_a == report.borrow_b and report.borrow_a["steps"] == 2 * 3 * (6 - 1)
+        assert 0 < report.borrow_a["steps_hit"] <= report.borrow_a["hits"]
+        from ostinato.replay.bitwise import _sessions
+        for sid, turns in _sessions(outs["overlap"]).items():
+            assert sum(t["borrow"]["steps_hit"] for t in turns.values()) > 0, sid
+        if cpu:
+            plain = compare(outs["none"], outs["overlap"])
+            assert plain.equal and plain.tokens == report.tokens, plain.differences[:3]
+            assert plain.borrow_a is None and plain.borrow_b == report.borrow_b
+    else:
+        assert report.borrow_a is None and report.borrow_b is None

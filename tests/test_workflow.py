@@ -37,8 +37,24 @@ def test_default_dag_reaches_every_stage(tmp_path):
                  "simulate", "compute_limit", "render_sim_validation", "calibrate", "sweep_prefill", "render_fig7b",
                  "check_memory_model", "run_replay_capacity_test", "render_result", "render_calibrate",
                  "render_predicted", "check_costmodel", "plan_residency", "record_routing", "check_local_agent",
-                 "check_claims"):
+                 "check_claims", "tune_borrow"):
         assert rule in proc.stdout, rule
+
+
+def test_borrow_replays_take_their_parameters_from_the_development_sessions():
+    """`ostinato-borrow`'s replay starts the engine with what `tune_borrow` chose on the development set's recorded
+    routing (never the held-out sessions); the GPU config's bitwise check adds borrowed memory to both its replays."""
+    proc = _snakemake("-n", "-p", "--forceall", "--cores", "1", "results/replay/tau2-few/ostinato-borrow")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "rule tune_borrow:" in out and "--routing results/residency/recorded/swe-dev-few/routing" in out
+    assert "--sessions results/sessions/swe-dev-few.jsonl" in out
+    assert "--preset ostinato-borrow" in out and "--borrow-params results/residency/replay/tiny-v4.borrow.json" in out
+    proc = _snakemake("results/replay/bitwise/tau2-heldout/overlap.json", "-n", "-p", "--forceall", "--cores", "16",
+                      "--configfile", "config/h200.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = [l for l in proc.stdout.splitlines() if "ostinato replay run" in l and "bitwise/tau2-heldout" in l]
+    assert len(runs) == 2 and all("--server-arg=--residency-borrow --server-arg=all" in l for l in runs), runs
 
 
 def test_replays_are_declared_outputs_that_forcerun_measures_again():

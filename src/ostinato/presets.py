@@ -177,6 +177,8 @@ PLAN_RULES = {
     "ktransformers-placement": "uniform",
 }
 PLAN_PRESETS = tuple(PLAN_RULES)
+# presets with borrowed memory, whose parameters the replay takes from development sessions (residency borrow-tune)
+BORROW_PRESETS = ("ostinato-borrow",)
 # presets whose pools a baseline's policy manages: series and tables label them "(policy, implemented here)"
 POLICY_PRESETS = ("llama.cpp-expert-cache", "buun", "ktransformers-placement")
 POLICY_SUFFIX = " (policy, implemented here)"
@@ -187,17 +189,32 @@ def display_name(engine: str) -> str:
     return engine + POLICY_SUFFIX if engine in POLICY_PRESETS else engine
 
 
+def borrow_args(tuned: dict) -> tuple[str, ...]:
+    """The engine flags of borrowed-memory parameters chosen on development sessions (`ostinato residency
+    borrow-tune`'s "chosen": slots, decay, margin, admit)."""
+    return ("--residency-borrow", str(int(tuned["slots"])), "--residency-borrow-decay", repr(float(tuned["decay"])),
+            "--residency-borrow-margin", repr(float(tuned["margin"])), "--residency-borrow-admit",
+            str(int(tuned["admit"])))
+
+
 def preset(name: str, budget: ExpertBudget, variant: str | None = None,
            extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
-           plan: str | None = None, upload_min: int = UPLOAD_MIN) -> EngineConfig:
+           plan: str | None = None, upload_min: int = UPLOAD_MIN, borrow: dict | None = None) -> EngineConfig:
     """The named configuration for this budget; `variant`, extra flags and environment override or add.
 
     `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato`, `ostinato-overlap` and
-    `ostinato-borrow` only.
+    `ostinato-borrow` only; `borrow` (parameters chosen on development sessions, `borrow_args`) by `ostinato-borrow`
+    only, whose flags it replaces (else the engine's defaults over the whole staging area).
     ik_llama.cpp ports llama.cpp's expert cache (the paper, Section 2): its policy is `llama.cpp-expert-cache`.
     """
     if name not in PRESETS:
         raise ValueError(f"engine preset {name!r}: expected one of {', '.join(PRESETS)}")
     cfg = PRESETS[name](budget, plan, upload_min) if name in PLAN_PRESETS else PRESETS[name](budget)
+    if borrow is not None:
+        if name != "ostinato-borrow":
+            raise ValueError(f"engine preset {name!r}: borrowed-memory parameters apply to ostinato-borrow only")
+        args = cfg.server_args[: len(cfg.server_args) - len(BORROW_ARGS)]
+        cfg = EngineConfig(cfg.name, cfg.variant, args + borrow_args(borrow), cfg.env,
+                           cfg.description + " (decay, margin and admissions chosen on development sessions)")
     return EngineConfig(cfg.name, variant or cfg.variant, cfg.server_args + tuple(extra_args),
                         {**cfg.env, **(extra_env or {})}, cfg.description)

@@ -2,7 +2,8 @@
 # frequency-ranked residency plan (Prop 3.1) with its summary. Two plans: the one of the `residency` config section
 # on synthetic traces (the simulator's), and the ones the replayed engines with pools load, planned from the
 # routing the stock engine records on the development sessions (`replay.residency`): by frequency (`ostinato`, the
-# caches) or uniformly per layer (`ktransformers-placement`).
+# caches) or uniformly per layer (`ktransformers-placement`); on the same routing, `tune_borrow` chooses the borrowed
+# memory's parameters of `ostinato-borrow`.
 
 
 rule profile_routing:
@@ -134,6 +135,31 @@ rule plan_replay_residency:
         "ostinato residency plan --profile {input.profile} --gguf {input.model} --llama-tree {params.tree} "
         "{params.size} --rule {wildcards.rule} --model-name {wildcards.model} --out {output.plan} "
         "--summary {output.summary} > {log} 2>&1"
+
+
+rule tune_borrow:
+    input:
+        plan="results/residency/replay/{model}.frequency.plan.json",
+        sessions=lambda w: f"results/sessions/{REPLAY_RESIDENCY['dev_set']}.jsonl",
+        recorded=lambda w: f"results/residency/recorded/{REPLAY_RESIDENCY['dev_set']}",
+    output:
+        "results/residency/replay/{model}.borrow.json",
+    log:
+        "results/residency/replay/{model}.borrow.log",
+    benchmark:
+        "results/residency/replay/{model}.borrow.benchmark.tsv"
+    conda:
+        "../../environment.yml"
+    wildcard_constraints:
+        model=name_pattern([REPLAY_MODEL]),
+    params:
+        grid=lambda w: (f"--slots {REPLAY_RESIDENCY['borrow']['slots']} "
+                        f"--decay {','.join(map(str, REPLAY_RESIDENCY['borrow']['decay']))} "
+                        f"--margin {','.join(map(str, REPLAY_RESIDENCY['borrow']['margin']))} "
+                        f"--admit {REPLAY_RESIDENCY['borrow']['admit']} --upload-min {REPLAY_RESIDENCY['upload_min']}"),
+    shell:
+        "ostinato residency borrow-tune --plan {input.plan} --sessions {input.sessions} "
+        "--routing {input.recorded}/routing {params.grid} --no-progress --out {output} > {log} 2>&1"
 
 
 rule check_memory_model:

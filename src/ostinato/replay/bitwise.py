@@ -37,6 +37,10 @@ class BitwiseReport:
     requests: int = 0
     tokens: int = 0                  # generated tokens whose top ids and log-probabilities were compared
     differences: list[Difference] = field(default_factory=list)
+    # a side whose engine borrows memory: its records' borrow counters summed over the compared requests (decode
+    # steps, steps that computed a borrowed expert, routes computed on one, ...); None for a side without them
+    borrow_a: dict | None = None
+    borrow_b: dict | None = None
 
     @property
     def equal(self) -> bool:
@@ -45,7 +49,18 @@ class BitwiseReport:
 
     def to_json(self) -> dict:
         return {"a": self.a, "b": self.b, "equal": self.equal, "sessions": self.sessions, "requests": self.requests,
-                "tokens": self.tokens, "differences": [asdict(d) for d in self.differences]}
+                "tokens": self.tokens, "borrow_a": self.borrow_a, "borrow_b": self.borrow_b,
+                "differences": [asdict(d) for d in self.differences]}
+
+
+def _add_borrow(total: dict | None, rec: dict) -> dict | None:
+    b = rec.get("borrow")
+    if b is None:
+        return total
+    total = dict(total or {})
+    for k, v in b.items():
+        total[k] = total.get(k, 0) + v
+    return total
 
 
 def _engine_dir(path: Path) -> Path:
@@ -108,6 +123,8 @@ def compare(a: Path, b: Path) -> BitwiseReport:
                                                      f"only in {'a' if turn in sa[sid] else 'b'}"))
                 continue
             report.requests += 1
+            report.borrow_a = _add_borrow(report.borrow_a, sa[sid][turn])
+            report.borrow_b = _add_borrow(report.borrow_b, sb[sid][turn])
             diff, n = _compare_request(sid, turn, sa[sid][turn], sb[sid][turn])
             report.tokens += n
             if diff is not None:

@@ -81,6 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --preset: the pinned llama.cpp tree, whose gguf-py reads the model's expert sizes")
     r.add_argument("--plan", default=None, help="with a preset of PLAN_PRESETS (ostinato, ostinato-native-prefill): "
                    "the residency plan file (--residency-plan of the engine)")
+    r.add_argument("--borrow-params", default=None,
+                   help="with --preset ostinato-borrow: the JSON of `ostinato residency borrow-tune`, whose chosen "
+                        "slots, decay, margin and admissions the engine runs with")
     r.add_argument("--upload-min", type=int, default=UPLOAD_MIN,
                    help=f"with --preset ostinato: Np, the smallest pass that takes the upload path "
                         f"(--residency-upload-min of the engine; default {UPLOAD_MIN})")
@@ -162,7 +165,17 @@ def _engine_preset(args: argparse.Namespace) -> EngineConfig:
         raise ValueError("--preset needs --llama-tree (the pinned llama.cpp tree whose gguf-py reads the model)")
     budget = resolve_budget(args.model, args.llama_tree, args.expert_budget_gib, args.resident_share,
                             args.expert_capacity)
-    return preset(args.preset, budget, plan=args.plan, upload_min=args.upload_min)
+    borrow = None
+    if args.borrow_params:
+        from ostinato.inputs import load_json
+
+        borrow = load_json(args.borrow_params, "the JSON of `ostinato residency borrow-tune`")
+        if not isinstance(borrow, dict) or not isinstance(borrow.get("chosen"), dict) or any(
+                k not in borrow["chosen"] for k in ("slots", "decay", "margin", "admit")):
+            raise ValueError(f"{args.borrow_params}: expected `ostinato residency borrow-tune`'s JSON, whose key "
+                             f"'chosen' holds slots, decay, margin and admit")
+        borrow = borrow["chosen"]
+    return preset(args.preset, budget, plan=args.plan, upload_min=args.upload_min, borrow=borrow)
 
 
 def _check_server_args(args: argparse.Namespace) -> None:
@@ -217,6 +230,8 @@ def run_cmd(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout, max_retries=args.max_retries, warmup=not args.no_warmup,
         progress=not args.no_progress,
         api=args.api, model_name=args.model_name, routing_root=args.routing_root, record_probs=args.record_probs,
+        borrow_counters=args.api == "llama" and "--residency-borrow" in (
+            *engine.server_args, *args.server_arg, *shlex.split(args.server_args)),
     )
     build = engine_build(args.server_bin)
     run_info = {
@@ -306,6 +321,10 @@ def bitwise_cmd(args: argparse.Namespace) -> int:
           f"requests, {report.tokens} generated tokens compared, {len(report.differences)} differences"
           + (f" (first: {first.session} turn {first.turn}, {first.what}: {first.detail})" if first else "")
           + f" → {args.out}", file=sys.stderr)
+    for side, b in (("a", report.borrow_a), ("b", report.borrow_b)):
+        if b is not None:
+            print(f"borrowed memory ({side}): {b.get('steps_hit', 0)} of {b.get('steps', 0)} decode steps computed a "
+                  f"borrowed expert ({b.get('hits', 0)} routes)", file=sys.stderr)
     return 0 if report.equal else 1
 
 

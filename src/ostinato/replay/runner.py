@@ -86,6 +86,9 @@ class ReplayConfig:
     record_probs: int = 0
     warmup: bool = True
     progress: bool = True
+    # the engine borrows memory (--residency-borrow): each request's record keeps what the server's GET /residency
+    # borrow counters did during it (decode steps, steps that hit a borrowed expert, routes computed on one, ...)
+    borrow_counters: bool = False
     # "llama": llama-server's /completion (forced output tokens, slot erase, routing, server timings);
     # "llama-generate": the same endpoint, slot erase and server timings without forced outputs or routing (a
     # llama.cpp fork such as ik_llama.cpp generates outputs of the recorded length);
@@ -199,6 +202,7 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
     if cfg.routing_record_dir is not None:
         # a trace left by an interrupted replay of this session: the server records only into files it creates
         trace_path(cfg.routing_record_dir, session.session_id).unlink(missing_ok=True)
+    counters = borrow_counters(server) if cfg.borrow_counters and not reason else None
     for turn, req in enumerate(session.requests):
         prompt = context + list(req.new_token_ids)
         if reason:
@@ -220,12 +224,30 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
             reason = error
         records.append(request_record(cfg.engine, cfg.machine, session, turn, len(prompt), out, error, server.n_starts,
                                       forced, attempt, load))
+        if counters is not None and not error:
+            now = borrow_counters(server)
+            if now is not None:
+                records[-1]["borrow"] = {k: now[k] - counters[k] for k in BORROW_DELTAS}
+            counters = now
         context = prompt + list(req.output_token_ids)  # the recorded conversation, whatever the engine generated
         if bar is not None:
             bar.update(1)
         if cfg.after_request is not None:
             cfg.after_request(server, session, turn)
     return records, reason, restart
+
+
+# the borrow counters of GET /residency that a request's record keeps as differences over the request
+BORROW_DELTAS = ("steps", "steps_hit", "hits", "cpu_routes", "admissions", "evictions", "reclaimed")
+
+
+def borrow_counters(server: Server) -> dict | None:
+    """The server's borrowed-memory counters (GET /residency's `borrow`), None when it serves none or fails."""
+    try:
+        r = server.client.get(f"{server.base_url}/residency", timeout=30)
+    except httpx.TransportError:
+        return None
+    return r.json().get("borrow") if r.status_code == 200 else None
 
 
 def trace_path(directory: Path, session_id: str) -> Path:

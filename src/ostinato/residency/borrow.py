@@ -139,3 +139,79 @@ class BorrowedSlots:
             self.counts.reclaimed += n
             self.counts.reclaim_passes += 1
         self.counts.active = 0
+
+
+def plan_pools(gpu_layers: list[list[int]], expert_bytes: list[int]) -> list[int]:
+    """A plan's layers -> pool, one pool per plan GPU for its layers with routed experts (the engine makes one per GPU
+    and expert size; the models here have one expert size), -1 for the others."""
+    pool = [-1] * len(expert_bytes)
+    for g, layers in enumerate(gpu_layers):
+        for l in layers:
+            if expert_bytes[int(l)] > 0:
+                pool[int(l)] = g
+    return pool
+
+
+def replay_session(slots: BorrowedSlots, requests, ids: np.ndarray, moe: list[int], upload_min: int,
+                   ubatch: int) -> int:
+    """Run one session's passes through `slots` as the engine runs them: each request prefills its new tokens in
+    passes of at most `ubatch` (a pass of `upload_min` or more takes the upload path and takes every slot back; a
+    single-token pass is a token boundary, as a decode step), then decodes n_output - 1 steps (a token boundary
+    each). Positions follow the session's stream (a request's new tokens, then its outputs); every row of a prefill
+    pass counts (the engine's last layer computes only the pass's output rows). Returns the plan-cold routes of the
+    single-token passes."""
+    pos, cold = 0, 0
+    for q in requests:
+        a = pos
+        for n in [ubatch] * (q.n_new // ubatch) + ([q.n_new % ubatch] if q.n_new % ubatch else []):
+            if n >= upload_min:
+                slots.reclaim()
+            elif n == 1:
+                slots.boundary()
+                for l in moe:
+                    cold += int((~slots.hot[l, ids[a, l]]).sum())
+                    slots.record(l, ids[a, l], decode=True)
+            else:
+                for l in moe:
+                    slots.record(l, ids[a:a + n, l], decode=False)
+            a += n
+        pos += q.n_new
+        for i in range(max(q.n_output - 1, 0)):
+            slots.boundary()
+            for l in moe:
+                row = ids[pos + i, l]
+                cold += int((~slots.hot[l, row]).sum())
+                slots.record(l, row, decode=True)
+        pos += q.n_output
+    return cold
+
+
+def tune(sessions: list[tuple[str, list]], routing: dict[str, np.ndarray], hot: np.ndarray, layer_pool: list[int],
+         slots: int, decays: list[float], margins: list[float], admit: int, upload_min: int,
+         ubatch: int = 512, progress=None) -> list[dict]:
+    """Every (decay, margin) over the sessions, each session from empty slots: the share of decode's plan-cold routes
+    computed on borrowed experts, and of decode steps that computed one (the engine's counters, summed)."""
+    moe = [l for l, p in enumerate(layer_pool) if p >= 0]
+    out = []
+    for d in decays:
+        for m in margins:
+            params = BorrowParams(slots, d, m, admit)
+            tot, cold = BorrowCounts(), 0
+            for sid, reqs in sessions:
+                s = BorrowedSlots(hot, layer_pool, params)
+                cold += replay_session(s, reqs, routing[sid], moe, upload_min, ubatch)
+                for k in ("hits", "steps", "steps_hit", "admissions", "evictions", "reclaimed"):
+                    setattr(tot, k, getattr(tot, k) + getattr(s.counts, k))
+                if progress:
+                    progress()
+            out.append({"decay": d, "margin": m, "admit": admit, "slots": slots, "decode_cold_routes": cold,
+                        "hits": tot.hits, "hit_share": tot.hits / cold if cold else 0.0, "steps": tot.steps,
+                        "steps_hit_share": tot.steps_hit / tot.steps if tot.steps else 0.0,
+                        "admissions": tot.admissions, "evictions": tot.evictions, "reclaimed": tot.reclaimed})
+    return out
+
+
+def choose(grid: list[dict]) -> dict:
+    """The grid row with the largest hit share (ties: the first in grid order)."""
+    best = max(grid, key=lambda r: r["hit_share"])
+    return {k: best[k] for k in ("decay", "margin", "admit", "slots", "hit_share", "steps_hit_share")}

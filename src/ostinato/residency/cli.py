@@ -128,6 +128,58 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     return 0 if chk.ok else 1
 
 
+def _floats(flag: str, text: str, lo: float, hi: float | None) -> list[float]:
+    """A comma list of numbers in [lo, hi] (hi None: unbounded), or an error naming the flag."""
+    from ostinato.errors import InputError
+
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(not (lo <= v and (hi is None or v <= hi)) for v in vals):
+        raise InputError(f"{flag}: expected a comma list of numbers in [{lo}, {hi if hi is not None else 'inf'}], "
+                         f"got {text!r}")
+    return vals
+
+
+def _cmd_borrow_tune(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ostinato.errors import InputError
+    from ostinato.residency.borrow import choose, plan_pools, tune
+    from ostinato.residency.planfile import read_plan
+    from ostinato.routing.trace import read_trace
+    from ostinato.sim.run import read_sessions, routing_file
+
+    plan = read_plan(args.plan)
+    if args.slots != "all" and not (args.slots.isdigit() and int(args.slots) > 0):
+        raise InputError(f"--slots: expected 'all' or a number of slots per pool > 0, got {args.slots!r}")
+    decays = _floats("--decay", args.decay, 1e-9, 1.0)
+    margins = _floats("--margin", args.margin, 0.0, None)
+    if args.admit < 1:
+        raise InputError(f"--admit: expected at least 1, got {args.admit}")
+    sessions = read_sessions(args.sessions)
+    routing = {}
+    for sid, _ in sessions:
+        t = read_trace(routing_file(args.routing, sid))
+        if t.ids.shape[1:] != (plan.n_layer, plan.n_expert_used):
+            raise InputError(f"{routing_file(args.routing, sid)}: {t.ids.shape[1]} layers and {t.ids.shape[2]} routes "
+                             f"per token, the plan {args.plan} has {plan.n_layer} and {plan.n_expert_used}")
+        routing[sid] = np.asarray(t.ids, dtype=np.int64)
+    slots = plan.n_expert if args.slots == "all" else int(args.slots)
+    bar = tqdm(total=len(decays) * len(margins) * len(sessions), desc="borrow-tune", disable=args.no_progress)
+    grid = tune(sessions, routing, plan.hot_mask(), plan_pools(plan.gpu_layers, plan.expert_bytes), slots, decays,
+                margins, args.admit, args.upload_min, args.ubatch, progress=lambda: bar.update())
+    bar.close()
+    doc = {"chosen": choose(grid), "grid": grid, "plan": args.plan, "sessions": args.sessions,
+           "n_sessions": len(sessions), "upload_min": args.upload_min, "ubatch": args.ubatch,
+           "metric": "hit_share: the share of decode steps' plan-cold routes computed on borrowed experts "
+                     "(the engine's rules: ostinato.residency.borrow)"}
+    _write_json(args.out, doc)
+    print(json.dumps({"out": args.out, **doc["chosen"]}))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `residency` group."""
     p = sub.add_parser("residency", help="routing profiles, capacity test and residency plans")
@@ -176,3 +228,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--out", required=True)
     q.add_argument("--summary")
     q.set_defaults(func=_cmd_plan)
+    b = g.add_parser("borrow-tune", help="borrowed memory's decay and margin chosen on development sessions: the "
+                     "engine's rules (ostinato.residency.borrow) over their recorded routing, for each pair of a grid")
+    b.add_argument("--plan", required=True, help="the residency plan the engine loads")
+    b.add_argument("--sessions", required=True, help="development sessions (JSONL, or a routing manifest.json)")
+    b.add_argument("--routing", required=True, help="their routing traces: <dir>/<session, / -> __>.route")
+    b.add_argument("--slots", default="all", help="borrowed slots per pool, or 'all' (default: all, the engine's "
+                   "--residency-borrow all)")
+    b.add_argument("--decay", default="0.8,0.9,0.95,0.98,0.99", help="comma list of decays to try")
+    b.add_argument("--margin", default="0,0.1,0.25,0.5,1", help="comma list of margins to try")
+    b.add_argument("--admit", type=int, default=4, help="copies per pool and token boundary (default 4)")
+    b.add_argument("--upload-min", type=int, default=512, help="Np: passes of this many tokens take back the slots")
+    b.add_argument("--ubatch", type=int, default=512, help="the largest forward pass (llama-server -ub)")
+    b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--out", required=True, help="JSON: the chosen parameters and the whole grid")
+    b.set_defaults(func=_cmd_borrow_tune)

@@ -1,5 +1,5 @@
 # Helpers of stage replay (its rules: workflow/rules/replay.smk).
-from ostinato.presets import PLAN_PRESETS, PLAN_RULES
+from ostinato.presets import BORROW_PRESETS, PLAN_PRESETS, PLAN_RULES
 
 REPLAY = config["replay"]
 
@@ -76,6 +76,8 @@ def preset_opts(engine, input):
         opts += f" --resident-share {REPLAY_RESIDENCY['resident_share']}"
     if name in PLAN_PRESETS:
         opts += f" --plan {input.plan} --upload-min {REPLAY_RESIDENCY['upload_min']}"
+    if name in BORROW_PRESETS:
+        opts += f" --borrow-params {input.borrow}"
     return opts
 
 
@@ -133,6 +135,8 @@ def engine_inputs(engine, set_):
         inputs["routing"] = f"results/routing/{set_}"
     if e.get("preset") in PLAN_PRESETS:
         inputs["plan"] = f"results/residency/replay/{REPLAY['model']}.{PLAN_RULES[e['preset']]}.plan.json"
+    if e.get("preset") in BORROW_PRESETS:
+        inputs["borrow"] = f"results/residency/replay/{REPLAY['model']}.borrow.json"
     if e.get("preset") and replay_capacity():
         inputs["capacity"] = replay_capacity()
     return inputs
@@ -154,8 +158,9 @@ def bitwise_sets():
 
 
 def bitwise_args(variant):
-    """The server flags of one replay of the bitwise check: the engine's own, then the variant's."""
-    extra = [] if variant == "base" else BITWISE["variants"][variant]
+    """The server flags the bitwise check adds to the engine's own in one replay: the check's (replay.bitwise.flags,
+    every replay), then the variant's."""
+    extra = list(BITWISE.get("flags", [])) + ([] if variant == "base" else list(BITWISE["variants"][variant]))
     return " ".join(f"--server-arg={a}" for a in extra)
 
 
