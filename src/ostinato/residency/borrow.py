@@ -74,19 +74,23 @@ class BorrowedSlots:
         self.taken: dict[tuple[int, int], int] = {}    # (layer, expert) -> slot, in any state
         self.loading: list[tuple[int, int]] = []       # (pool, slot) queued at the last boundary
         self._hit_step = 0
+        # the same as masks, and each pool's layers (vectorized scans: a session has thousands of steps)
+        self.active_mask = np.zeros_like(self.hot, dtype=bool)
+        self.taken_mask = np.zeros_like(self.hot, dtype=bool)
+        lp = np.asarray(self.layer_pool)
+        self._pool_layers = [np.nonzero(lp == ip)[0] for ip in range(n_pool)]
 
     def record(self, layer: int, experts, decode: bool) -> None:
         """One layer's routes of a split-path pass (every route, in any order)."""
-        hit = False
-        for e in np.asarray(experts).ravel().tolist():
-            if self.hot[layer, e]:
-                continue
-            if decode and (layer, e) in self.active:
-                hit = True
-                self.counts.hits += 1
-                continue
-            self.score[layer, e] += 1.0
-            self.counts.cpu_routes += 1
+        e = np.asarray(experts, dtype=np.int64).ravel()
+        cold = e[~self.hot[layer, e]]
+        on = self.active_mask[layer, cold] if decode else np.zeros(cold.shape, dtype=bool)
+        n_hit = int(on.sum())
+        self.counts.hits += n_hit
+        cpu = cold[~on]
+        np.add.at(self.score[layer], cpu, 1.0)  # one addition per route, as the engine adds them
+        self.counts.cpu_routes += int(cpu.size)
+        hit = n_hit > 0
         if hit and self._hit_step != self.counts.steps:
             self._hit_step = self.counts.steps
             self.counts.steps_hit += 1
@@ -96,6 +100,7 @@ class BorrowedSlots:
         self.counts.steps += 1
         for ip, s in self.loading:
             self.active[self.slot_key[ip][s]] = s
+            self.active_mask[self.slot_key[ip][s]] = True
             self.counts.admissions += 1
             self.counts.active += 1
         active_slots = {(self.layer_pool[l], s) for (l, _), s in self.active.items()}
@@ -104,11 +109,13 @@ class BorrowedSlots:
         for ip, keys in enumerate(self.slot_key):
             if not keys:
                 continue
-            cand = [(-self.score[l, e], l, e) for l in range(len(self.layer_pool)) if self.layer_pool[l] == ip
-                    for e in range(self.n_expert)
-                    if self.score[l, e] > 0.0 and not self.hot[l, e] and (l, e) not in self.taken]
-            for neg, l, e in sorted(cand)[: self.params.admit]:
-                sc = -neg
+            rows = self._pool_layers[ip]
+            sub = self.score[rows]
+            li, ei = np.nonzero((sub > 0.0) & ~self.hot[rows] & ~self.taken_mask[rows])
+            sc_all = sub[li, ei]
+            order = np.lexsort((ei, rows[li], -sc_all))[: self.params.admit]  # score down, then layer, expert up
+            for i in order.tolist():
+                sc, l, e = float(sc_all[i]), int(rows[li[i]]), int(ei[i])
                 slot = next((s for s, k in enumerate(keys) if k is None), None)
                 if slot is None:
                     low = None
@@ -119,12 +126,14 @@ class BorrowedSlots:
                         break
                     old = keys[low]
                     del self.active[old], self.taken[old]
+                    self.active_mask[old] = self.taken_mask[old] = False
                     active_slots.discard((ip, low))
                     self.counts.evictions += 1
                     self.counts.active -= 1
                     slot = low
                 keys[slot] = (l, e)
                 self.taken[(l, e)] = slot
+                self.taken_mask[l, e] = True
                 self.loading.append((ip, slot))
 
     def reclaim(self) -> None:
@@ -134,6 +143,8 @@ class BorrowedSlots:
             keys[:] = [None] * len(keys)
         self.active.clear()
         self.taken.clear()
+        self.active_mask[:] = False
+        self.taken_mask[:] = False
         self.loading = []
         if n:
             self.counts.reclaimed += n

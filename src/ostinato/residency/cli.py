@@ -160,11 +160,15 @@ def _cmd_borrow_tune(args: argparse.Namespace) -> int:
         raise InputError(f"--admit: expected at least 1, got {args.admit}")
     sessions = read_sessions(args.sessions)
     routing = {}
-    for sid, _ in sessions:
+    for sid, reqs in sessions:
         t = read_trace(routing_file(args.routing, sid))
         if t.ids.shape[1:] != (plan.n_layer, plan.n_expert_used):
             raise InputError(f"{routing_file(args.routing, sid)}: {t.ids.shape[1]} layers and {t.ids.shape[2]} routes "
                              f"per token, the plan {args.plan} has {plan.n_layer} and {plan.n_expert_used}")
+        need = sum(r.n_new + r.n_output for r in reqs)
+        if t.ids.shape[0] < need:
+            raise InputError(f"{routing_file(args.routing, sid)}: {t.ids.shape[0]} positions, session {sid} of "
+                             f"{args.sessions} needs {need}")
         routing[sid] = np.asarray(t.ids, dtype=np.int64)
     slots = plan.n_expert if args.slots == "all" else int(args.slots)
     bar = tqdm(total=len(decays) * len(margins) * len(sessions), desc="borrow-tune", disable=args.no_progress)
