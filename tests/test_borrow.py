@@ -122,3 +122,13 @@ def test_borrow_tune_cli(tmp_path):
         a = parser.parse_args(base + bad)
         with pytest.raises(ValueError, match=msg):
             a.func(a)
+    # a recorded trace ends before the last output token, which the engine never computes; one more is missing data
+    for n_output, ok in ((122, True), (123, False)):
+        (tmp_path / "s.jsonl").write_text(json.dumps({"session": "swe/a", "requests": [
+            {"kind": "first", "n_new": 79, "n_output": n_output}]}) + "\n")
+        a = parser.parse_args(base)
+        if ok:
+            assert a.func(a) == 0
+        else:
+            with pytest.raises(ValueError, match=r"swe__a.route: 200 positions, session swe/a .* needs 201"):
+                a.func(a)

@@ -165,7 +165,7 @@ def _cmd_borrow_tune(args: argparse.Namespace) -> int:
         if t.ids.shape[1:] != (plan.n_layer, plan.n_expert_used):
             raise InputError(f"{routing_file(args.routing, sid)}: {t.ids.shape[1]} layers and {t.ids.shape[2]} routes "
                              f"per token, the plan {args.plan} has {plan.n_layer} and {plan.n_expert_used}")
-        need = sum(r.n_new + r.n_output for r in reqs)
+        need = sum(r.n_new + r.n_output for r in reqs) - 1  # (the last output token is never computed)
         if t.ids.shape[0] < need:
             raise InputError(f"{routing_file(args.routing, sid)}: {t.ids.shape[0]} positions, session {sid} of "
                              f"{args.sessions} needs {need}")
