@@ -98,13 +98,17 @@ def _ostinato_overlap(budget: ExpertBudget, plan: str | None, upload_min: int) -
 BORROW_ARGS = ("--residency-borrow", "all")
 
 
-def _ostinato_borrow(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+def _ostinato_borrow(budget: ExpertBudget, plan: str | None, upload_min: int,
+                     flags: tuple[str, ...] = BORROW_ARGS) -> EngineConfig:
     """Figure 8c's step 4, "+ borrowed memory", on this engine: `ostinato-overlap` with decode steps borrowing the
-    staging areas for the cold experts the CPU computes most (one graph per GPU, step 2, is not built)."""
+    staging areas for the cold experts the CPU computes most (one graph per GPU, step 2, is not built); `flags`: the
+    borrowed memory's (default: the whole staging area, the engine's defaults)."""
     base = _ostinato_overlap(budget, plan, upload_min)
-    return EngineConfig("ostinato-borrow", "ostinato", base.server_args + BORROW_ARGS, {},
+    return EngineConfig("ostinato-borrow", "ostinato", base.server_args + flags, {},
                         base.description + "; decode steps also compute the cold experts the CPU used most from the "
-                                           "staging areas they borrow (upload passes take them back)")
+                                           "staging areas they borrow (upload passes take them back)"
+                        + ("" if flags == BORROW_ARGS else
+                           " (decay, margin and admissions chosen on development sessions)"))
 
 
 def _ostinato_native_prefill_overlap(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
@@ -209,12 +213,11 @@ def preset(name: str, budget: ExpertBudget, variant: str | None = None,
     """
     if name not in PRESETS:
         raise ValueError(f"engine preset {name!r}: expected one of {', '.join(PRESETS)}")
-    cfg = PRESETS[name](budget, plan, upload_min) if name in PLAN_PRESETS else PRESETS[name](budget)
+    if borrow is not None and name not in BORROW_PRESETS:
+        raise ValueError(f"engine preset {name!r}: borrowed-memory parameters apply to {', '.join(BORROW_PRESETS)} only")
     if borrow is not None:
-        if name != "ostinato-borrow":
-            raise ValueError(f"engine preset {name!r}: borrowed-memory parameters apply to ostinato-borrow only")
-        args = cfg.server_args[: len(cfg.server_args) - len(BORROW_ARGS)]
-        cfg = EngineConfig(cfg.name, cfg.variant, args + borrow_args(borrow), cfg.env,
-                           cfg.description + " (decay, margin and admissions chosen on development sessions)")
+        cfg = _ostinato_borrow(budget, plan, upload_min, borrow_args(borrow))
+    else:
+        cfg = PRESETS[name](budget, plan, upload_min) if name in PLAN_PRESETS else PRESETS[name](budget)
     return EngineConfig(cfg.name, variant or cfg.variant, cfg.server_args + tuple(extra_args),
                         {**cfg.env, **(extra_env or {})}, cfg.description)

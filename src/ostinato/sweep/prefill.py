@@ -20,6 +20,7 @@ import numpy as np
 from ostinato.atomic import atomic_open
 from ostinato.presets import EngineConfig
 from ostinato.server.client import RequestInput, RequestOutput, erase_slot, send_completion
+from ostinato.replay.runner import borrow_counters
 from ostinato.server.launcher import LlamaServer, ServerConfig
 
 
@@ -85,12 +86,6 @@ def _row(engine: str, rep: int, kind: str, prefix: int, n_new: int, out: Request
                     "" if out.success else out.error)
 
 
-def _borrow_counters(srv: LlamaServer) -> dict | None:
-    """The server's borrowed-memory counters (GET /residency), None if it serves none."""
-    r = srv.client.get(f"{srv.base_url}/residency")
-    return r.json().get("borrow") if r.status_code == 200 else None
-
-
 def _with_borrow(row: BenchRow, before: dict | None, after: dict | None) -> BenchRow:
     if before is not None and after is not None:
         row.borrow_steps = after["steps"] - before["steps"]
@@ -135,10 +130,10 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
                 if plan.n_decode > 1:
                     # after the largest size (cached when it was the last one sent): decode positions follow it
                     n = max(plan.sizes)
-                    before = _borrow_counters(srv) if borrows else None
+                    before = borrow_counters(srv) if borrows else None
                     out = send_completion(srv.client, srv.base_url,
                                           RequestInput(tuple(head + new[n]), plan.n_decode, tuple(forced)))
-                    after = _borrow_counters(srv) if borrows else None
+                    after = borrow_counters(srv) if borrows else None
                     rows.append(_with_borrow(_row(run.config.name, rep, "decode", p, n, out), before, after))
                     if progress:
                         progress(run.config.name, rep, p, -1, out)
