@@ -13,8 +13,9 @@ from ostinato.costmodel.decode import LayerCosts, cold_routes, eq1_step_ms, mu_q
 from ostinato.costmodel.params import BranchCosts, load_profile
 from ostinato.sim.session import Request, pass_sizes, simulate_session
 from ostinato.sim.params import SimParams, paper_illustrative
-from ostinato.sim.policies import (buun, llama_expert_cache, llama_layers, ostinato, resident_native,
-                                   static_per_layer)
+from ostinato.residency.borrow import BorrowParams
+from ostinato.sim.policies import (buun, llama_expert_cache, llama_layers, ostinato, ostinato_borrow,
+                                   resident_native, static_per_layer)
 from ostinato.sim.run import read_sessions, simulate
 
 C = LayerCosts.uniform(2, BranchCosts(0.12, 0.14, 0.184, 0.137))
@@ -174,6 +175,16 @@ def test_cli_run(tmp_path) -> None:
     (tmp_path / "s.csv").rename(tmp_path / "s-jsonl.csv")
     assert _sim_cli(argv + ["--borrowed-slots", "2"]) == 0
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "s.csv"), pd.read_csv(tmp_path / "s-jsonl.csv"))
+    # the engine's borrowed memory, with borrow-tune's parameters
+    with pytest.raises(ValueError, match="ostinato-borrow needs --borrow-params"):
+        _sim_cli(argv + ["--policies", "ostinato,ostinato-borrow"])
+    (tmp_path / "b.json").write_text(json.dumps({"chosen": {"slots": 2}}))
+    with pytest.raises(ValueError, match="b.json: expected .* 'chosen' holds slots, decay, margin and admit"):
+        _sim_cli(argv + ["--policies", "ostinato-borrow", "--borrow-params", str(tmp_path / "b.json")])
+    (tmp_path / "b.json").write_text(json.dumps({"chosen": {"slots": 99, "decay": 0.9, "margin": 0.5, "admit": 2}}))
+    assert _sim_cli(argv + ["--policies", "ostinato,ostinato-borrow", "--borrow-params", str(tmp_path / "b.json")]) == 0
+    s = pd.read_csv(tmp_path / "s.csv")
+    assert set(s["engine"]) == {"ostinato", "ostinato-borrow"} and (s["total_s"] > 0).all()
 
 
 def test_read_sessions_names_missing_keys(tmp_path) -> None:
@@ -270,6 +281,49 @@ def test_borrowed_slots_serve_next_steps_and_reset_before_prefill() -> None:
     assert [r["decode_ms"] for r in rows] == [pytest.approx(per_request)] * 2
     plain = simulate_session([Request("first", 1, 4)], ids, 4, ostinato(hot), c1, P)
     assert plain[0]["decode_ms"] == pytest.approx(3 * (10 + 0.324))
+
+
+def test_engine_borrow_follows_the_engine_rules() -> None:
+    """ostinato-borrow: a copy queued at one boundary serves from the next but one step (the engine's tables switch
+    at the boundary after the copy), the slots stay across requests, and an upload pass takes them back."""
+    c1 = LayerCosts.uniform(1, BranchCosts(0.12, 0.14, 0.184, 0.137))
+    hot = np.zeros((1, 4), dtype=bool)
+    ids = np.zeros((40, 1, 1), dtype=np.int64)           # expert 0 at every position
+    pol = ostinato_borrow(hot, BorrowParams(slots=1, decay=0.5, margin=0.25, admit=1))
+    # request 1 (1 new token: a token boundary that scores expert 0), 5 decode steps: the first queues the copy
+    # (0.5 ms, covered by the step), the others compute expert 0 on the GPU (one more G for the borrowed experts)
+    reqs = [Request("first", 1, 6), Request("tool", 1, 4), Request("tool", 4, 3)]
+    rows = simulate_session(reqs, ids, 4, pol, c1, P)
+    cold, hit = 10 + max(0.324, 2 * 0.137), 10 + 2 * 0.137
+    assert rows[0]["decode_ms"] == pytest.approx(cold + 4 * hit)
+    # request 2: the slot is still lent (no upload pass between), every step hits
+    assert rows[1]["decode_ms"] == pytest.approx(3 * hit)
+    # request 3 prefills 4 tokens (>= upload_min: an upload pass takes the slot back): refilled as in request 1
+    assert rows[2]["decode_ms"] == pytest.approx(cold + hit)
+    # the same as the reference the engine's counters are checked against, over the same passes
+    from ostinato.residency.borrow import BorrowedSlots, replay_session
+
+    ref = BorrowedSlots(hot.copy(), [0], pol.borrow)
+    replay_session(ref, reqs, ids, [0], P.upload_min, P.n_ubatch)
+    from ostinato.sim import session as S
+
+    st = S._State(pol, 1, 4, P)
+    for q, a in zip(reqs, (0, 7, 12)):
+        S._prefill_pass_ms(ids[a:a + q.n_new], pol, st, c1, P)
+        S._decode_ms(ids[a + q.n_new:a + q.n_new + q.n_output - 1], pol, st, c1, P)
+    assert st.slots.counts == ref.counts and ref.counts.hits == 9 and ref.counts.reclaim_passes == 1
+
+
+def test_engine_borrow_waits_for_copies_the_step_did_not_cover() -> None:
+    c1 = LayerCosts.uniform(1, BranchCosts(0.12, 0.14, 0.184, 0.137))
+    slow = SimParams(decode_other_ms=1.0, prefill_token_ms=1.0, prefill_pass_ms=5.0, cpu_route_ms=0.02,
+                     cpu_layer_ms=0.1, gpu_route_ms=0.001, upload_expert_ms=3.0, n_ubatch=8, upload_min=4)
+    ids = np.zeros((10, 1, 1), dtype=np.int64)
+    pol = ostinato_borrow(np.zeros((1, 4), dtype=bool), BorrowParams(slots=1, decay=0.5, margin=0.25, admit=1))
+    rows = simulate_session([Request("first", 1, 4)], ids, 4, pol, c1, slow)
+    step_cold, step_hit = 1 + 0.324, 1 + 2 * 0.137
+    # step 1 queues a 3 ms copy, which its 1.324 ms cover in part: step 2's boundary waits for the rest
+    assert rows[0]["decode_ms"] == pytest.approx(step_cold + (3.0 - step_cold) + 2 * step_hit)
 
 
 def test_lru_one_cache_per_device() -> None:

@@ -167,14 +167,9 @@ def _engine_preset(args: argparse.Namespace) -> EngineConfig:
                             args.expert_capacity)
     borrow = None
     if args.borrow_params:
-        from ostinato.inputs import load_json
+        from ostinato.residency.borrow import read_tuned
 
-        borrow = load_json(args.borrow_params, "the JSON of `ostinato residency borrow-tune`")
-        if not isinstance(borrow, dict) or not isinstance(borrow.get("chosen"), dict) or any(
-                k not in borrow["chosen"] for k in ("slots", "decay", "margin", "admit")):
-            raise ValueError(f"{args.borrow_params}: expected `ostinato residency borrow-tune`'s JSON, whose key "
-                             f"'chosen' holds slots, decay, margin and admit")
-        borrow = borrow["chosen"]
+        borrow = read_tuned(args.borrow_params)
     return preset(args.preset, budget, plan=args.plan, upload_min=args.upload_min, borrow=borrow)
 
 

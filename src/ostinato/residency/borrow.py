@@ -222,6 +222,27 @@ def tune(sessions: list[tuple[str, list]], routing: dict[str, np.ndarray], hot: 
     return out
 
 
+def read_tuned(path) -> dict:
+    """The parameters `ostinato residency borrow-tune` chose (its JSON's "chosen": slots, decay, margin, admit)."""
+    from ostinato.inputs import load_json
+
+    doc = load_json(path, "the JSON of `ostinato residency borrow-tune`")
+    if not isinstance(doc, dict) or not isinstance(doc.get("chosen"), dict) or any(
+            k not in doc["chosen"] for k in ("slots", "decay", "margin", "admit")):
+        raise ValueError(f"{path}: expected `ostinato residency borrow-tune`'s JSON, whose key 'chosen' holds slots, "
+                         f"decay, margin and admit")
+    return doc["chosen"]
+
+
+def read_borrow_params(path, n_expert: int) -> BorrowParams:
+    """`read_tuned` as the engine applies it to a model of n_expert experts per layer (at most that many slots)."""
+    c = read_tuned(path)
+    try:
+        return BorrowParams(min(int(c["slots"]), n_expert), float(c["decay"]), float(c["margin"]), int(c["admit"]))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: chosen: {e}") from e
+
+
 def choose(grid: list[dict]) -> dict:
     """The grid row with the largest hit share (ties: the first in grid order)."""
     best = max(grid, key=lambda r: r["hit_share"])

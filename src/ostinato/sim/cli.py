@@ -11,6 +11,7 @@ import numpy as np
 from ostinato.atomic import atomic_open
 from ostinato.costmodel.analysis import layer_costs_for
 from ostinato.costmodel.params import load_profile
+from ostinato.residency.borrow import BorrowParams, read_borrow_params
 from ostinato.residency.planfile import read_plan
 from ostinato.residency.planner import plan_per_layer
 from ostinato.routing.trace import read_trace
@@ -22,15 +23,23 @@ from ostinato.sim.run import load_sim_params, read_sessions, routing_file, sim_p
 # preset does (the paper's ablation step 3), -overlap overlaps them (step 4)
 POLICIES = ("ostinato", "ostinato-native-prefill-overlap", "ostinato-native-prefill", "ktransformers-placement",
             "llama.cpp-layers", "llama.cpp-expert-cache", "buun")
+# named only with --borrow-params: the engine's borrowed memory with parameters chosen on development sessions
+BORROW_POLICY = "ostinato-borrow"
 
 
 def _policies(names: list[str], hot: np.ndarray, per_layer: int, gpu_layers: int, cache_slots: int | None,
-              layer_device: np.ndarray, borrowed: int = 0, decode_delta: float = 0.0) -> list:
+              layer_device: np.ndarray, borrowed: int = 0, decode_delta: float = 0.0,
+              borrow: BorrowParams | None = None) -> list:
     out = []
     n_layer = hot.shape[0]
     for n in names:
         if n == "ostinato":
             out.append(pol.ostinato(hot, borrowed, decode_delta))
+        elif n == BORROW_POLICY:
+            if borrow is None:
+                raise ValueError(f"policy {BORROW_POLICY} needs --borrow-params (`ostinato residency borrow-tune`'s "
+                                 "output)")
+            out.append(pol.ostinato_borrow(hot, borrow, layer_device, decode_delta))
         elif n == "ostinato-native-prefill-overlap":
             out.append(pol.resident_native(hot, True))
         elif n == "ostinato-native-prefill":
@@ -47,7 +56,7 @@ def _policies(names: list[str], hot: np.ndarray, per_layer: int, gpu_layers: int
         elif n == "buun":
             out.append(pol.buun(hot))
         else:
-            raise ValueError(f"unknown policy {n!r} (known: {', '.join(POLICIES)})")
+            raise ValueError(f"unknown policy {n!r} (known: {', '.join((*POLICIES, BORROW_POLICY))})")
     return out
 
 
@@ -78,8 +87,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     layer_device = layer_device[layers]
     slots = args.cache_slots
     gpu_layers = args.gpu_layers if args.gpu_layers is not None else int(hot.sum()) // plan.n_expert
+    borrow = read_borrow_params(args.borrow_params, hot.shape[1]) if args.borrow_params else None
     pols = _policies(names, hot, args.per_layer, gpu_layers, slots, layer_device, args.borrowed_slots,
-                     args.ostinato_decode_delta_ms)
+                     args.ostinato_decode_delta_ms, borrow)
     if uni is not None:
         pols = [pol.static_per_layer(uni) if x.name == "ktransformers-placement" else x for x in pols]
     sessions = read_sessions(args.sessions or Path(args.routing_dir) / "manifest.json")
@@ -119,7 +129,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--gpu-layers", type=int, help="whole MoE layers on the GPU for llama.cpp-layers")
     r.add_argument("--cache-slots", type=int, help="slots of each GPU's LRU cache (llama.cpp-expert-cache; default: "
                    "the plan's experts on that GPU, which also fill it first)")
-    r.add_argument("--borrowed-slots", type=int, default=0, help="Ostinato's borrowed decode slots (one pool)")
+    r.add_argument("--borrowed-slots", type=int, default=0, help="Ostinato's borrowed decode slots as the paper "
+                   "describes them (one pool, emptied before each prefill)")
+    r.add_argument("--borrow-params", help=f"policy {BORROW_POLICY}: the engine's borrowed memory with these "
+                   "parameters (`ostinato residency borrow-tune`'s JSON, its \"chosen\")")
     r.add_argument("--ostinato-decode-delta-ms", type=float, default=0.0,
                    help="per-step offset of Ostinato's decode (e.g. the decode graph's saving)")
     r.add_argument("--select", type=int, default=0)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ostinato.residency.borrow import BorrowParams
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -30,6 +32,7 @@ class Policy:
     cache_slots: int | None = None          # lru: slots per cache (None: the experts of `hot` on its device)
     layer_device: np.ndarray | None = None  # lru: device of each layer (one cache per device); None: one cache
     borrowed_slots: int = 0                 # static: one pool of decode-only slots, filled by decaying scores
+    borrow: BorrowParams | None = None      # static: the engine's borrowed memory (--residency-borrow), its rules
     decode_delta_ms: float = 0.0            # per-step offset (e.g. the decode graph's saving, Table 8c)
     no_upload: bool = False                 # every cold route on the CPU in every pass, however large
 
@@ -37,6 +40,15 @@ class Policy:
 def ostinato(hot: np.ndarray, borrowed_slots: int = 0, decode_delta_ms: float = 0.0) -> Policy:
     """Resident experts in every pass: split/upload prefill paths, overlapped decode (optionally borrowed slots)."""
     return Policy("ostinato", "static", "paths", True, hot=hot, borrowed_slots=borrowed_slots,
+                  decode_delta_ms=decode_delta_ms)
+
+
+def ostinato_borrow(hot: np.ndarray, borrow: BorrowParams, layer_device: np.ndarray | None = None,
+                    decode_delta_ms: float = 0.0) -> Policy:
+    """`ostinato` with the engine's borrowed memory (the preset `ostinato-borrow`): one pool per plan GPU
+    (`layer_device`; None: one pool), its slots kept across requests and taken back by upload passes, the rules of
+    `ostinato.residency.borrow`."""
+    return Policy("ostinato-borrow", "static", "paths", True, hot=hot, borrow=borrow, layer_device=layer_device,
                   decode_delta_ms=decode_delta_ms)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ostinato.costmodel.decode import LayerCosts, cold_routes
+from ostinato.residency.borrow import BorrowedSlots
 from ostinato.residency.caches import DecayCache, LruCache
 from ostinato.sim.params import SimParams
 from ostinato.sim.policies import Policy
@@ -66,12 +67,21 @@ class _State:
         self.borrowed = np.zeros((n_layer, n_expert), dtype=bool)
         self.admissions = 0
         self.upload_budget = 0.0        # experts the PCIe link could have copied in the background so far
+        # the engine's borrowed memory (ostinato-borrow): its slots, and the copy time queued at the last boundary
+        # that the step after it did not cover (the next boundary, or an upload pass, waits for it)
+        self.slots: BorrowedSlots | None = None
+        if pol.borrow is not None:
+            dev = np.zeros(n_layer, dtype=int) if pol.layer_device is None else np.asarray(pol.layer_device)
+            self.slots = BorrowedSlots(self.hot.copy(), [int(d) for d in dev], pol.borrow)
+        self.copy_left_ms = 0.0
 
 
 def _prefill_pass_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p: SimParams) -> float:
     """Time of one prefill forward pass of ids [n, n_layer, k]."""
     n, n_layer, k = ids.shape
     base = p.prefill_pass_ms + p.prefill_token_ms * n
+    if st.slots is not None:
+        base += _borrow_prefill(ids, st, n >= p.upload_min and not pol.no_upload)
     if pol.residency == "lru" and n <= p.cache_max_pass:
         return base + _lru_pass_ms(ids, st, pol, c, p, decode=False)
     # experts the GPU holds for this pass: whole layers, or resident experts on the size-dependent paths;
@@ -86,6 +96,24 @@ def _prefill_pass_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p:
                 + float(np.sum(p.upload_expert_ms * u + p.gpu_route_ms * routes)))
     return base + float(np.sum(np.where(r > 0, p.cpu_layer_ms, 0.0) + p.cpu_route_ms * r
                                + p.gpu_route_ms * (routes - r)))
+
+
+def _borrow_prefill(ids: np.ndarray, st: _State, upload: bool) -> float:
+    """A prefill pass with the engine's borrowed memory: an upload pass waits for the copy in flight and takes every
+    slot back; a split-path pass computes borrowed experts on the CPU and scores every plan-cold route (a
+    single-token pass is a token boundary, as a decode step, but its cost stays a prefill pass's). Returns the wait."""
+    slots = st.slots
+    n, n_layer, _ = ids.shape
+    wait, st.copy_left_ms = st.copy_left_ms, 0.0
+    if upload:
+        slots.reclaim()
+        return wait
+    if n == 1:
+        slots.boundary()
+    for il in range(n_layer):
+        if slots.layer_pool[il] >= 0:
+            slots.record(il, ids[:, il, :], decode=n == 1)
+    return wait if n == 1 else 0.0
 
 
 def _lru_pass_ms(ids: np.ndarray, st: _State, pol: Policy, c: LayerCosts, p: SimParams, decode: bool) -> float:
@@ -105,6 +133,8 @@ def _decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p: SimPa
     n_step = ids.shape[0]
     if n_step == 0:
         return np.zeros(0)
+    if pol.residency == "static" and st.slots is not None:
+        return _engine_borrow_decode_ms(ids, pol, st, c, p)
     if pol.residency == "static" and pol.borrowed_slots > 0:
         return _borrowed_decode_ms(ids, pol, st, c, p)
     if pol.residency == "static":
@@ -187,6 +217,34 @@ def _borrowed_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts,
     return out
 
 
+def _engine_borrow_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p: SimParams) -> np.ndarray:
+    """The engine's borrowed memory (`ostinato.residency.borrow`): at each token boundary the copies queued at the last
+    one join the tables (waiting for what the last step did not cover) and up to `admit` copies per pool are queued;
+    the step's CPU branch skips the borrowed experts, and its GPU branch computes them in a third expert computation
+    of the layer (one more G)."""
+    n_step, n_layer, k = ids.shape
+    out = np.empty(n_step)
+    slots = st.slots
+    rows = np.arange(n_layer)[:, None]
+    moe = [il for il in range(n_layer) if slots.layer_pool[il] >= 0]
+    for i in range(n_step):
+        row = ids[i]
+        wait = st.copy_left_ms
+        before = slots.counts.admissions
+        slots.boundary()
+        on_gpu = (st.hot | slots.active_mask)[rows, row]
+        for il in moe:
+            slots.record(il, row[il], decode=True)
+        cpu = c.cpu((~on_gpu).sum(axis=1))
+        gpu = 2.0 * c.gpu
+        t = np.maximum(cpu, gpu) if pol.decode_overlap else cpu + gpu
+        step = p.decode_other_ms + pol.decode_delta_ms + float(t.sum())
+        st.admissions += slots.counts.admissions - before
+        st.copy_left_ms = max(0.0, len(slots.loading) * p.upload_expert_ms - step)
+        out[i] = wait + step
+    return out
+
+
 def simulate_session(requests: list[Request], ids: np.ndarray, n_expert: int, pol: Policy, c: LayerCosts,
                      p: SimParams) -> list[dict]:
     """Per request: kind, n_new, n_output, prefill_ms, decode_ms, ttft_ms, tpot_ms, total_ms (ids: MoE layers only)."""
@@ -197,7 +255,8 @@ def simulate_session(requests: list[Request], ids: np.ndarray, n_expert: int, po
     st = _State(pol, ids.shape[1], n_expert, p)
     rows, pos, prev_out = [], 0, 0
     for q in requests:
-        st.borrowed[:] = False          # borrowed memory is returned before each prefill
+        st.borrowed[:] = False          # the paper's borrowed memory is returned before each prefill (the engine's,
+                                        # st.slots, only by upload passes)
         pre = 0.0
         extra = prev_out if p.reprefill_output else 0
         a = pos - extra
