@@ -293,7 +293,7 @@ BORROW_PREDICT = 16  # decode steps enough for copies to join and be hit (the fo
 
 def test_borrowed_memory_lends_decode_the_staging_area(engine_variants, model_case):
     """--residency-borrow: decode steps compute the cold experts the CPU used most from borrowed staging slots (copied
-    by a background thread, joining at the next token boundary), and an upload pass takes every slot back. Same plan and
+    while a step computes, joining at the next token boundary), and an upload pass takes every slot back. Same plan and
     routing: the same tokens, and bitwise the same probabilities with the branches in turn and overlapped (the tables
     follow the routing alone, whatever the copies' timing); on the CPU build, where one kernel computes both branches,
     also bitwise those of the engine without borrowing. GET /residency counts the steps that hit a borrowed expert."""

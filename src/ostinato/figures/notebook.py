@@ -52,7 +52,8 @@ class ResultParams:
     # Table 8c: sweeps (`ostinato sweep` summary.json) whose decode TPOT measures the decode steps, as
     # {series label: path}; a CPU-only machine's sweep is no speed measurement and is not listed by default
     decode_sweeps: dict[str, str] = field(default_factory=lambda: {
-        "measured (h200, reference)": "data/reference/h200/branches/sweep/summary.json"})
+        "measured (h200, reference)": "data/reference/h200/branches/sweep/summary.json",
+        "measured (h200, reference, borrowed memory)": "data/reference/h200/borrow/thread/sweep/summary.json"})
     figures_dir: str = "figures"
     tables_dir: str = "tables"
 
