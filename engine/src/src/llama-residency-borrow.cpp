@@ -6,14 +6,44 @@
 #include <tuple>
 
 llama_residency_borrow::~llama_residency_borrow() {
-    for (size_t ip = 0; ip < copy_backend.size(); ++ip) {
-        if (copy_backend[ip] != nullptr) {
-            ggml_backend_synchronize(copy_backend[ip]);
-            ggml_backend_free(copy_backend[ip]);
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        stop = true;
+    }
+    cv_work.notify_all();
+    if (worker.joinable()) {
+        worker.join();
+    }
+}
+
+void llama_residency_borrow::start() {
+    worker = std::thread([this] { run(); });
+}
+
+void llama_residency_borrow::run() {
+    for (;;) {
+        llama_residency_borrow_job job;
+        {
+            std::unique_lock<std::mutex> lock(mutex);
+            cv_work.wait(lock, [this] { return stop || !queue.empty(); });
+            if (stop) {
+                return;
+            }
+            job = queue.front();
+            queue.pop_front();
+            busy = true;
         }
-        if (copy_event[ip] != nullptr) {
-            ggml_backend_event_free(copy_event[ip]);
+        const int64_t t0 = ggml_time_us();
+        copy(job);
+        t_copy_us += ggml_time_us() - t0;
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (state[job.pool][job.slot] == LOADING) {
+                state[job.pool][job.slot] = READY;
+            }
+            busy = false;
         }
+        cv_idle.notify_all();
     }
 }
 
@@ -43,28 +73,32 @@ void llama_residency_borrow::record(int il, const int32_t * ids_flat, int64_t n,
 void llama_residency_borrow::boundary(std::set<int> & dirty) {
     step++;
     n_steps++;
-    // the copies queued at the last boundary join now, whatever the timing (the caller makes the GPU wait for them):
-    // the same routing gives the same tables at every step, so runs compute bitwise the same
-    queue.clear();
-    joined.assign(state.size(), 0);
-    for (size_t ip = 0; ip < state.size(); ++ip) {
-        for (size_t s = 0; s < state[ip].size(); ++s) {
-            if (state[ip][s] != LOADING) {
-                continue;
+    {
+        // the copies queued at the last boundary join now, whatever the timing (waiting for them if they are not
+        // done): the same routing gives the same tables at every step, so runs compute bitwise the same
+        std::unique_lock<std::mutex> lock(mutex);
+        const int64_t t0 = ggml_time_us();
+        cv_idle.wait(lock, [this] { return queue.empty() && !busy; });
+        t_wait_us += ggml_time_us() - t0;
+        for (size_t ip = 0; ip < state.size(); ++ip) {
+            for (size_t s = 0; s < state[ip].size(); ++s) {
+                if (state[ip][s] != READY) {
+                    continue;
+                }
+                state[ip][s] = ACTIVE;
+                const int64_t key = slot_key[ip][s];
+                const int     il  = (int) (key / n_expert);
+                active[il][key % n_expert] = (int32_t) s;
+                dirty.insert(il);
+                n_admissions++;
+                n_active++;
             }
-            state[ip][s] = ACTIVE;
-            const int64_t key = slot_key[ip][s];
-            const int     il  = (int) (key / n_expert);
-            active[il][key % n_expert] = (int32_t) s;
-            dirty.insert(il);
-            joined[ip] = 1;
-            n_admissions++;
-            n_active++;
         }
     }
     for (double & s : score) {
         s *= params.decay;
     }
+    bool queued = false;
     for (size_t ip = 0; ip < pool_slots.size(); ++ip) {
         if (pool_slots[ip] == 0) {
             continue;
@@ -128,16 +162,27 @@ void llama_residency_borrow::boundary(std::set<int> & dirty) {
             }
             keys[slot] = (int64_t) il*n_expert + e;
             taken[il][e] = slot;
-            state[ip][slot] = LOADING;
-            queue.push_back({(int) ip, slot, il, e});
+            {
+                std::lock_guard<std::mutex> lock(mutex);
+                state[ip][slot] = LOADING;
+                queue.push_back({(int) ip, slot, il, e});
+            }
+            queued = true;
         }
+    }
+    if (queued) {
+        cv_work.notify_one();
     }
 }
 
 void llama_residency_borrow::reclaim(std::set<int> & dirty) {
-    queue.clear();
-    for (auto & st : state) {
-        std::fill(st.begin(), st.end(), (uint8_t) FREE);
+    {
+        std::unique_lock<std::mutex> lock(mutex);
+        queue.clear();
+        cv_idle.wait(lock, [this] { return !busy; });
+        for (auto & st : state) {
+            std::fill(st.begin(), st.end(), (uint8_t) FREE);
+        }
     }
     uint64_t n = 0;
     for (auto & keys : slot_key) {

@@ -26,7 +26,7 @@ using json = nlohmann::json;
 static const char * k_kind_name[LLAMA_RESIDENCY_N_KIND] = { "up", "gate", "down", "gate_up" };
 
 llama_residency::~llama_residency() {
-    borrow.reset(); // its copies write into the buffers below
+    borrow.reset(); // its thread copies into the buffers below
     for (auto * b : bufs) {
         ggml_backend_buffer_free(b);
     }
@@ -519,92 +519,30 @@ static void residency_log_header(FILE * f) {
 
 static ggml_backend_t residency_backend_for(ggml_backend_sched_t sched, ggml_backend_dev_t dev);
 
-// borrowed memory: wait (on the host) for the copies made since the last upload pass
-static void residency_borrow_wait(llama_residency_borrow & bw) {
-    for (size_t ip = 0; ip < bw.in_flight.size(); ++ip) {
-        if (bw.in_flight[ip] && bw.copy_event[ip] != nullptr) {
-            const int64_t t0 = ggml_time_us();
-            ggml_backend_event_synchronize(bw.copy_event[ip]);
-            bw.t_wait_us += ggml_time_us() - t0;
-        }
-        bw.in_flight[ip] = 0;
-    }
-}
-
-// borrowed memory: make the copies queued at this boundary, on each pool's copy stream (the host goes on) or at once
-static void residency_borrow_copy(const llama_residency & rsd, llama_residency_borrow & bw) {
-    if (bw.queue.empty()) {
-        return;
-    }
-    const int64_t t0 = ggml_time_us();
-    std::vector<uint8_t> made(bw.copy_backend.size(), 0);
-    for (const auto & job : bw.queue) {
-        const auto & lr = rsd.layers[job.layer];
-        const auto & p  = rsd.pools[job.pool];
-        ggml_backend_t cb = bw.copy_backend[job.pool];
-        for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
-            const ggml_tensor * h = lr.host[k];
-            if (h == nullptr) {
-                continue;
-            }
-            const void * src = (const char *) h->data + (size_t) job.expert*h->nb[2];
-            if (cb != nullptr) {
-                ggml_backend_tensor_set_async(cb, p.stage[k], src, (size_t) job.slot*h->nb[2], h->nb[2]);
-            } else {
-                ggml_backend_tensor_set(p.stage[k], src, (size_t) job.slot*h->nb[2], h->nb[2]);
-            }
-            bw.n_bytes += h->nb[2];
-        }
-        made[job.pool] = 1;
-    }
-    for (size_t ip = 0; ip < made.size(); ++ip) {
-        if (made[ip] && bw.copy_event[ip] != nullptr) {
-            ggml_backend_event_record(bw.copy_event[ip], bw.copy_backend[ip]);
-            bw.in_flight[ip] = 1;
-        }
-    }
-    bw.queue.clear();
-    bw.t_copy_us += ggml_time_us() - t0;
-}
-
 // borrowed memory before a pass runs: an upload pass takes every borrowed slot back (it fills the staging areas with its
-// own cold experts, so it waits for the copies in flight), a decode step is a token boundary (the experts queued at the
-// last one join: the GPU waits for their copies before it computes the step; new copies are made while it does); the
-// layers whose decode tables change are rewritten once the pools' devices are idle
+// own cold experts), a decode step is a token boundary (experts copied since the last one join, new copies are queued);
+// the layers whose decode tables change are rewritten once the pools' devices are idle
 static void residency_borrow_before(llm_graph_input_residency & inp) {
     const llama_residency & rsd = *inp.rsd;
-    llama_residency_borrow & bw = *rsd.borrow;
     std::set<int> dirty;
     if (!inp.upload_nodes.empty()) {
-        residency_borrow_wait(bw);
-        bw.reclaim(dirty);
+        rsd.borrow->reclaim(dirty);
     } else if (inp.borrow_decode) {
-        bw.boundary(dirty);
-    } else {
-        return; // a split-path prefill: the slots stay lent, the tables as they are
+        rsd.borrow->boundary(dirty);
+    }
+    if (dirty.empty()) {
+        return;
     }
     std::set<ggml_backend_t> sync;
     for (int il : dirty) {
         ggml_backend_t b = inp.sched ? residency_backend_for(inp.sched, rsd.pools[rsd.layers[il].pool].dev) : nullptr;
         if (b != nullptr && sync.insert(b).second) {
-            ggml_backend_synchronize(b); // no pass still reads the tables or a slot that changes hands
-        }
-    }
-    for (size_t ip = 0; ip < bw.joined.size() && inp.borrow_decode; ++ip) {
-        if (!bw.joined[ip] || bw.copy_event[ip] == nullptr) {
-            continue;
-        }
-        ggml_backend_t b = inp.sched ? residency_backend_for(inp.sched, rsd.pools[ip].dev) : nullptr;
-        if (b != nullptr) {
-            ggml_backend_event_wait(b, bw.copy_event[ip]); // the GPU, not the host, waits for the copies
-        } else {
-            ggml_backend_event_synchronize(bw.copy_event[ip]);
+            ggml_backend_synchronize(b); // no pass still reads the tables
         }
     }
     for (int il : dirty) {
-        residency_write_borrow_tables(rsd, il, bw.active[il]);
+        residency_write_borrow_tables(rsd, il, rsd.borrow->active[il]);
     }
-    residency_borrow_copy(rsd, bw);
 }
 
 void llm_graph_input_residency::set_input(const llama_ubatch * ubatch) {
@@ -1384,31 +1322,32 @@ int32_t llama_model_residency_set_borrow(struct llama_model * model, const struc
         bw->state.emplace_back(n, (uint8_t) llama_residency_borrow::FREE);
         n_total += n;
     }
-    // the copies' own stream per pool, where the device has events (the compute stream waits for one at a boundary)
-    int n_async = 0;
-    for (const auto & p : rsd.pools) {
-        ggml_backend_event_t ev = ggml_backend_event_new(p.dev);
-        ggml_backend_t       cb = ev != nullptr ? ggml_backend_dev_init(p.dev, nullptr) : nullptr;
-        if (ev != nullptr && cb == nullptr) {
-            ggml_backend_event_free(ev);
-            ev = nullptr;
+    llama_residency * r = &rsd;
+    llama_residency_borrow * b = bw.get();
+    bw->copy = [r, b](const llama_residency_borrow_job & job) {
+        const auto & lr = r->layers[job.layer];
+        const auto & p  = r->pools[job.pool];
+        for (int k = 0; k < LLAMA_RESIDENCY_N_KIND; ++k) {
+            const ggml_tensor * h = lr.host[k];
+            if (h == nullptr) {
+                continue;
+            }
+            // (a CUDA buffer copies on the calling thread's own stream and waits for it: the compute stream goes on)
+            ggml_backend_tensor_set(p.stage[k], (const char *) h->data + (size_t) job.expert*h->nb[2],
+                                    (size_t) job.slot*h->nb[2], h->nb[2]);
+            b->n_bytes += h->nb[2];
         }
-        bw->copy_backend.push_back(cb);
-        bw->copy_event.push_back(ev);
-        bw->in_flight.push_back(0);
-        n_async += cb != nullptr;
-    }
-    bw->joined.assign(rsd.pools.size(), 0);
+    };
     for (size_t il = 0; il < rsd.layers.size(); ++il) {
         if (rsd.layers[il].pool >= 0) {
             residency_write_borrow_tables(rsd, (int) il, bw->active[il]);
         }
     }
+    bw->start();
     rsd.borrow = std::move(bw);
     LLAMA_LOG_INFO("%s: decode steps borrow %" PRId64 " staging slots in %zu pool(s) for the highest-scored cold experts "
-            "(decay %g, margin %g, %u copies per pool and step; %d pool(s) copy on a stream of their own, the others at "
-            "the boundary); upload passes take them back\n", __func__, n_total, rsd.pools.size(), pp.decay, pp.margin,
-            pp.n_admit, n_async);
+            "(decay %g, margin %g, %u copies per pool and step); upload passes take them back\n", __func__, n_total,
+            rsd.pools.size(), pp.decay, pp.margin, pp.n_admit);
     return 0;
 }
 
