@@ -367,6 +367,11 @@ def test_heldout_runs_are_a_series_of_their_own():
     assert {s.split("#")[1] for s in whole["session"]} == {"run1", "run2"}
     assert len(ref) == len(pd.read_csv(h200 / "compare" / "run1" / "sessions.csv"))
     assert set(runs.requests["series"]) == {"measured (h200, reference, whole sessions)", "measured (h200, reference)"}
+    # a run of other engines (ostinato against buun) is a series of its own, named by its directory
+    runs = load_series([], [], "", [], [], "p", [], "h200", heldout + [str(h200 / "heldout" / "run1-buun")])
+    buun = runs.sessions[runs.sessions["series"] == "measured (h200, reference, whole sessions: run1-buun)"]
+    assert set(buun["engine"]) == {"ostinato", "buun (policy, implemented here)"}
+    assert len(runs.sessions) == len(whole) + len(buun)
 
 
 @pytest.mark.slow  # papermill starts a kernel
@@ -378,7 +383,8 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     common = {"measured_sessions": [str(s)], "measured_requests": [str(r)], "sim_sessions": [str(ss)],
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
-              "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / r) for r in ("run1", "run1-repeat")],
+              "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / r)
+                               for r in ("run1", "run1-repeat", "run1-buun")],
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
               "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/branches/sweep/summary.json"),
                                 "measured (h200, reference, borrowed memory)":
@@ -417,6 +423,8 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     assert row["load_unknown_sessions"].iloc[0] == 2  # the replay above took no load samples
     ref = t3[t3["series"] == "measured (h200, reference)"]
     assert len(ref) and ref["saved_pct"].notna().any() and (ref["role"] == "speed").all()
+    bu = t3[(t3["series"] == "measured (h200, reference, whole sessions: run1-buun)") & (t3["engine"] == "buun (policy, implemented here)")]
+    assert len(bu) == 1 and bu["saved_pct"].notna().all() and bu["sessions"].iloc[0] > 0
     # a CPU-only replay: correctness rows in Table 3 (no saved share), and in no other result's speed series
     cs, cr = write_replay(tmp_path, stem="cpu", machine="vm", extra=CPU_ONLY)
     cpu = {**common, "measured_sessions": [str(cs)], "measured_requests": [str(cr)],

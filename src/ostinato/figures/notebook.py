@@ -26,7 +26,7 @@ DEFAULT_REFERENCE_RUNS = {"table8": [f"{_H200}/ablation/run{i}" for i in (1, 2, 
                           "table4": [f"{_H200}/qwen/run{i}" for i in (1, 2, 3)]}
 _COMPARE = [f"{_H200}/compare/run{i}" for i in (1, 2, 3)]
 # whole held-out sessions on the calibrated-router model (config key figures.reference_heldout_runs)
-_HELDOUT = [f"{_H200}/heldout/run1", f"{_H200}/heldout/run1-repeat"]
+_HELDOUT = [f"{_H200}/heldout/run1", f"{_H200}/heldout/run1-repeat", f"{_H200}/heldout/run1-buun"]
 # Table 4 is about a Qwen3-MoE model: by default neither the default config's replay nor its simulator run counts.
 _QWEN_ONLY = {"table4"}
 

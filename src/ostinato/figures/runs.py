@@ -214,14 +214,28 @@ def load_series(measured_sessions: list[str] | str, measured_requests: list[str]
     under `data/reference/<machine>/compare/`); they form the series `measured (<reference_machine>, reference)`.
     `heldout_runs` are such runs of whole held-out sessions on the calibrated-router model
     (`data/reference/<machine>/heldout/`), another model and other sessions than the reference runs': they form a
-    series of their own, `measured (<reference_machine>, reference, whole sessions)`.
+    series of their own, `measured (<reference_machine>, reference, whole sessions)`. Runs of another set of engines
+    (e.g. one that compares Ostinato with buun only) form one more series each, named by their directories
+    (`..., whole sessions: <dir>`), since a series compares only the sessions that all its engines completed.
     """
     measured = load_measured(measured_sessions, measured_requests, machine) if _as_list(measured_sessions) else empty_runs()
     simulated = load_simulated(sim_sessions, sim_requests, profile) if _as_list(sim_sessions) else empty_runs()
     label = f"{reference_machine or 'reference'}, reference"
     reference = _shipped_runs(reference_runs, label)
-    heldout = _shipped_runs(heldout_runs, f"{label}, whole sessions")
-    return combine(measured, heldout, reference, simulated)
+    heldout = [_shipped_runs(dirs, f"{label}, whole sessions" + (f": {', '.join(Path(d).name for d in dirs)}" if i else ""))
+               for i, dirs in enumerate(_by_engine_set(_as_list(heldout_runs)))]
+    return combine(measured, *heldout, reference, simulated)
+
+
+def _by_engine_set(dirs: list[Path]) -> list[list[Path]]:
+    """Shipped run directories grouped by the engines their sessions.csv lists, the first directory's group first."""
+    groups: dict[frozenset, list[Path]] = {}
+    for d in dirs:
+        p = Path(d) / "sessions.csv"
+        if not p.is_file():
+            raise FileNotFoundError(f"measured sessions: {p} not found")
+        groups.setdefault(frozenset(pd.read_csv(p, usecols=["engine"])["engine"].astype(str)), []).append(Path(d))
+    return list(groups.values())
 
 
 def _shipped_runs(runs: list[str] | str, machine: str) -> Runs:
