@@ -231,10 +231,8 @@ def _by_engine_set(dirs: list[Path]) -> list[list[Path]]:
     """Shipped run directories grouped by the engines their sessions.csv lists, the first directory's group first."""
     groups: dict[frozenset, list[Path]] = {}
     for d in dirs:
-        p = Path(d) / "sessions.csv"
-        if not p.is_file():
-            raise FileNotFoundError(f"measured sessions: {p} not found")
-        groups.setdefault(frozenset(pd.read_csv(p, usecols=["engine"])["engine"].astype(str)), []).append(Path(d))
+        engines = _read([d / "sessions.csv"], "measured sessions", {"engine"})["engine"].astype(str)
+        groups.setdefault(frozenset(engines), []).append(d)
     return list(groups.values())
 
 

@@ -222,7 +222,7 @@ def _engine_borrow_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerC
     one join the tables (waiting for what the last step did not cover) and up to `admit` copies per pool are queued;
     the step's CPU branch skips the borrowed experts, and its GPU branch computes them in a third expert computation
     of the layer (one more G)."""
-    n_step, n_layer, k = ids.shape
+    n_step, n_layer, _ = ids.shape
     out = np.empty(n_step)
     slots = st.slots
     rows = np.arange(n_layer)[:, None]
