@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ostinato.sweep.cold import cold_per_token_layer, whole_layer_hot
-from ostinato.sweep.prefill import BenchPlan, BenchRow, read_rows, summarize, write_rows
+from ostinato.sweep.prefill import BenchPlan, BenchRow, decode_step_timings, read_rows, summarize, write_rows
 from ostinato.routing.trace import RoutingTrace, TraceShape
 
 
@@ -84,6 +84,39 @@ def test_rows_read_back_as_written_and_summarize_against_another_engine(tmp_path
     assert back == rows
     fast = {(r["kind"], r["n_new"]): r for r in summarize(back, "base", n_resamples=200) if r["engine"] == "fast"}
     assert fast[("prefill", 128)]["ratio"] == pytest.approx(0.5) and fast[("prefill", 128)]["ratio_to"] == "base"
+
+
+def test_decode_step_timings_sum_layers_and_keep_only_one_token_passes():
+    """A step's branches are summed over its layers; the per-layer larger branch bounds overlapped branches; a prompt
+    pass (its last layer computes one row, the others more) is no decode step."""
+    t = lambda p, layer, n, c, g, cpu: {"pass": p, "layer": layer, "n_tokens": n, "n_cold": c,  # noqa: E731
+                                       "gpu_ms": g, "cpu_ms": cpu}
+    got = decode_step_timings([t(7, 0, 4, 3, 0.2, 0.9), t(7, 1, 1, 1, 0.1, 0.3),          # prompt pass
+                               t(8, 0, 1, 2, 0.1, 0.5), t(8, 1, 1, 0, 0.3, 0.1),          # step 1
+                               t(9, 0, 1, 1, 0.1, 0.2), t(9, 1, 1, 1, 0.1, 0.4)])         # step 2
+    assert got["timer_steps"] == 2
+    assert got["gpu_ms_step"] == pytest.approx((0.4 + 0.2) / 2)
+    assert got["cpu_ms_step"] == pytest.approx((0.6 + 0.6) / 2)
+    assert got["branch_bound_ms_step"] == pytest.approx((0.5 + 0.3 + 0.2 + 0.4) / 2)
+    assert got["cold_routes_step"] == pytest.approx(2.0)
+    assert decode_step_timings([t(7, 0, 4, 3, 0.2, 0.9)]) is None
+
+
+def test_summary_gives_the_timed_branches_and_the_borrow_costs_per_step():
+    """Decode rows with the engine's timers and borrowed memory's counters: weighted by steps in the summary, and what
+    else a step takes is its median time less both branches."""
+    rows = _rows("base", 2.0)
+    for r, (steps, gpu, cpu) in zip([r for r in rows if r.kind == "decode"], [(10, 1.0, 3.0), (30, 2.0, 3.0)] * 2):
+        r.timer_steps, r.gpu_ms_step, r.cpu_ms_step, r.branch_bound_ms_step, r.cold_routes_step = (
+            steps, gpu, cpu, cpu, 8.0)
+        r.borrow_steps, r.borrow_steps_hit, r.borrow_hits = steps, steps, 2 * steps
+        r.borrow_admissions, r.borrow_evictions, r.borrow_copy_ms, r.borrow_wait_ms = steps, 0, 0.5 * steps, 0.1 * steps
+    dec = [r for r in summarize(rows, "base", n_resamples=200) if r["kind"] == "decode"][0]
+    assert dec["timer_steps"] == 80 and dec["gpu_ms_per_step"] == pytest.approx(1.75)
+    assert dec["cpu_ms_per_step"] == pytest.approx(3.0) and dec["branch_bound_ms_per_step"] == pytest.approx(3.0)
+    assert dec["other_ms_per_step"] == pytest.approx(dec["median_s"] * 1e3 - 4.75)
+    assert dec["borrow_admissions_per_step"] == pytest.approx(1.0)
+    assert dec["borrow_copy_ms_per_step"] == pytest.approx(0.5) and dec["borrow_wait_ms_per_step"] == pytest.approx(0.1)
 
 
 @pytest.mark.slow  # papermill starts a kernel
@@ -191,3 +224,44 @@ def test_sweep_cli_after_two_prefixes_on_the_cpu_build(engine_variants, tiny_v4_
         b = parser.parse_args(["sweep", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
                                "--variants-dir", ".", "--prefix", "64,64", "--out", str(tmp_path / "x")])
         b.func(b)
+
+
+@pytest.mark.slow  # two servers on the CPU build
+def test_sweep_cli_with_the_engine_timers_breaks_decode_steps_down(engine_variants, tiny_v4_model, llama_tree, tmp_path):
+    """`ostinato sweep --server-arg --residency-timers`: each decode row has the engine's timings of its decode steps
+    (one per generated token after the first pass) and, with borrowed memory, its copies and waits; the summary gives
+    them per step."""
+    import argparse
+    import json
+
+    import pandas as pd
+
+    from ostinato.sweep import cli as sweep_cli
+
+    parser = argparse.ArgumentParser()
+    sweep_cli.register(parser.add_subparsers(dest="group"))
+    out = tmp_path / "sweep"
+    a = parser.parse_args(["sweep", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
+                           "--variants-dir", str(engine_variants["ostinato"].parents[1]),
+                           "--engines", "ostinato-overlap,ostinato-borrow", "--baseline", "ostinato-overlap",
+                           "--prefix", "64", "--sizes", "8", "--decode", "6", "--reps", "2", "--threads", "2",
+                           "--ctx", "512", "--dev-sessions", "2", "--dev-tokens", "256", "--no-progress",
+                           "--server-arg=--residency-timers", "--out", str(out)])
+    assert a.func(a) == 0
+    rows = pd.read_csv(out / "rows.csv")
+    assert rows["error"].isna().all(), rows["error"].dropna().tolist()
+    dec = rows[rows["kind"] == "decode"]
+    assert len(dec) == 4 and dec["timer_steps"].isin([5, 6]).all(), dec
+    assert (dec["cpu_ms_step"] > 0).all() and (dec["gpu_ms_step"] > 0).all()
+    assert (dec["branch_bound_ms_step"] <= dec["gpu_ms_step"] + dec["cpu_ms_step"] + 1e-9).all()
+    assert (dec["branch_bound_ms_step"] >= dec[["gpu_ms_step", "cpu_ms_step"]].max(axis=1) - 1e-9).all()
+    bor = dec[dec["engine"] == "ostinato-borrow"]
+    assert bor["borrow_admissions"].sum() >= 1 and (bor["borrow_admissions"] >= 0).all()
+    assert (bor["borrow_copy_ms"] >= 0).all() and (bor["borrow_wait_ms"] >= 0).all()
+    assert dec[dec["engine"] == "ostinato-overlap"]["borrow_admissions"].isna().all()
+    # borrowed experts take cold routes off the CPU branch: fewer timed cold routes per step than without
+    by = dec.groupby("engine")["cold_routes_step"].mean()
+    assert by["ostinato-borrow"] < by["ostinato-overlap"], by
+    summ = {r["engine"]: r for r in json.loads((out / "summary.json").read_text())["rows"] if r["kind"] == "decode"}
+    assert summ["ostinato-borrow"]["timer_steps"] == bor["timer_steps"].sum()
+    assert {"borrow_copy_ms_per_step", "borrow_wait_ms_per_step", "other_ms_per_step"} <= set(summ["ostinato-borrow"])

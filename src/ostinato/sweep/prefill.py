@@ -19,7 +19,7 @@ import numpy as np
 
 from ostinato.atomic import atomic_open
 from ostinato.presets import EngineConfig
-from ostinato.server.client import RequestInput, RequestOutput, erase_slot, send_completion
+from ostinato.server.client import RequestInput, RequestOutput, erase_slot, residency_timings, send_completion
 from ostinato.replay.runner import borrow_counters
 from ostinato.server.launcher import LlamaServer, ServerConfig
 
@@ -77,6 +77,20 @@ class BenchRow:
     borrow_steps: int | None = None
     borrow_steps_hit: int | None = None
     borrow_hits: int | None = None
+    # and where a step's time goes with borrowing: copies queued, borrowed experts evicted, the copy thread's time and
+    # the token boundaries' waits for copies not yet done (ms)
+    borrow_admissions: int | None = None
+    borrow_evictions: int | None = None
+    borrow_copy_ms: float | None = None
+    borrow_wait_ms: float | None = None
+    # the engine's timers (engines started with --residency-timers; decode rows): per decode step (a pass of one token
+    # in every layer), summed over the layers and averaged over the request's steps: the GPU branch, the CPU branch,
+    # the larger of the two per layer (what overlapped branches would take at best), and the cold routes
+    timer_steps: int | None = None
+    gpu_ms_step: float | None = None
+    cpu_ms_step: float | None = None
+    branch_bound_ms_step: float | None = None
+    cold_routes_step: float | None = None
 
 
 def _row(engine: str, rep: int, kind: str, prefix: int, n_new: int, out: RequestOutput) -> BenchRow:
@@ -91,7 +105,34 @@ def _with_borrow(row: BenchRow, before: dict | None, after: dict | None) -> Benc
         row.borrow_steps = after["steps"] - before["steps"]
         row.borrow_steps_hit = after["steps_hit"] - before["steps_hit"]
         row.borrow_hits = after["hits"] - before["hits"]
+        row.borrow_admissions = after["admissions"] - before["admissions"]
+        row.borrow_evictions = after["evictions"] - before["evictions"]
+        row.borrow_copy_ms = after["ms"] - before["ms"]
+        row.borrow_wait_ms = after["wait_ms"] - before["wait_ms"]
     return row
+
+
+def decode_step_timings(timings: list[dict]) -> dict | None:
+    """The engine's timers over a request's decode steps (`GET /residency` timings): per step, the GPU and CPU
+    branches summed over the layers, the sum over the layers of the larger branch, and the cold routes; the mean over
+    the steps. A step is a pass whose every layer computed one token (a prompt pass's last layer computes fewer rows
+    than the pass, so only width 1 is a decode step). None when no step was timed."""
+    width: dict[int, int] = {}
+    for t in timings:
+        width[t["pass"]] = max(width.get(t["pass"], 0), t["n_tokens"])
+    steps = {p for p, w in width.items() if w == 1}
+    if not steps:
+        return None
+    tot = {"gpu": 0.0, "cpu": 0.0, "bound": 0.0, "cold": 0}
+    for t in timings:
+        if t["pass"] in steps:
+            tot["gpu"] += t["gpu_ms"]
+            tot["cpu"] += t["cpu_ms"]
+            tot["bound"] += max(t["gpu_ms"], t["cpu_ms"])
+            tot["cold"] += t["n_cold"]
+    n = len(steps)
+    return {"timer_steps": n, "gpu_ms_step": tot["gpu"] / n, "cpu_ms_step": tot["cpu"] / n,
+            "branch_bound_ms_step": tot["bound"] / n, "cold_routes_step": tot["cold"] / n}
 
 
 @dataclass
@@ -114,8 +155,16 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
                        startup_timeout_s=startup_timeout_s)
     rows: list[BenchRow] = []
     borrows = "--residency-borrow" in (*run.config.server_args, *run.extra_args)
+    timed = "--residency-timers" in (*run.config.server_args, *run.extra_args)
+
+    def last_pass(after: int) -> int:
+        # the timings are kept for the last 262,144 layer passes: read those since the last request, keep the newest
+        got = residency_timings(srv.client, srv.base_url, after)["timings"]
+        return max((t["pass"] for t in got), default=after)
+
     with LlamaServer(cfg) as srv:
         erase_slot(srv.client, srv.base_url)
+        seen = last_pass(0) if timed else 0
         for p in plan.prefixes:
             head = prefix[:p]
             warm = send_completion(srv.client, srv.base_url, RequestInput(tuple(head), 1, (forced[0],)))
@@ -131,10 +180,17 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
                     # after the largest size (cached when it was the last one sent): decode positions follow it
                     n = max(plan.sizes)
                     before = borrow_counters(srv) if borrows else None
+                    seen = last_pass(seen) if timed else seen
                     out = send_completion(srv.client, srv.base_url,
                                           RequestInput(tuple(head + new[n]), plan.n_decode, tuple(forced)))
                     after = borrow_counters(srv) if borrows else None
-                    rows.append(_with_borrow(_row(run.config.name, rep, "decode", p, n, out), before, after))
+                    row = _with_borrow(_row(run.config.name, rep, "decode", p, n, out), before, after)
+                    if timed:
+                        got = residency_timings(srv.client, srv.base_url, seen)["timings"]
+                        seen = max((t["pass"] for t in got), default=seen)
+                        for k, v in (decode_step_timings(got) or {}).items():
+                            setattr(row, k, v)
+                    rows.append(row)
                     if progress:
                         progress(run.config.name, rep, p, -1, out)
     return rows
@@ -190,10 +246,27 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
             b = [r for r in rows if r.engine == e and r.kind == kind == "decode" and r.prefix == p and not r.error
                  and r.borrow_steps]
             if b:
-                # borrowed memory over the decode requests: routes on borrowed experts per step, share of steps hit
+                # borrowed memory over the decode requests: routes on borrowed experts per step, share of steps hit,
+                # copies queued per step, the copy thread's and the boundaries' waiting time per step
                 steps = sum(r.borrow_steps for r in b)
                 rec.update({"borrow_hits_per_step": sum(r.borrow_hits for r in b) / steps,
                             "borrow_steps_hit_share": sum(r.borrow_steps_hit for r in b) / steps})
+                if all(r.borrow_admissions is not None for r in b):
+                    rec.update({"borrow_admissions_per_step": sum(r.borrow_admissions for r in b) / steps,
+                                "borrow_copy_ms_per_step": sum(r.borrow_copy_ms for r in b) / steps,
+                                "borrow_wait_ms_per_step": sum(r.borrow_wait_ms for r in b) / steps})
+            t = [r for r in rows if r.engine == e and r.kind == kind == "decode" and r.prefix == p and not r.error
+                 and r.timer_steps]
+            if t:
+                # the engine's timers over the decode steps (weighted by steps): the branches per step, the per-layer
+                # bound of overlapped branches, and what else a step takes (the median step less both branches:
+                # timed branches run one after the other)
+                steps = sum(r.timer_steps for r in t)
+                mean = lambda k: sum(getattr(r, k) * r.timer_steps for r in t) / steps  # noqa: E731
+                rec.update({"timer_steps": steps, "gpu_ms_per_step": mean("gpu_ms_step"),
+                            "cpu_ms_per_step": mean("cpu_ms_step"), "branch_bound_ms_per_step": mean("branch_bound_ms_step"),
+                            "cold_routes_per_step": mean("cold_routes_step")})
+                rec["other_ms_per_step"] = rec["median_s"] * 1e3 - rec["gpu_ms_per_step"] - rec["cpu_ms_per_step"]
             if base.size and e != baseline and x.size == base.size:
                 ratio = float(np.mean(x) / np.mean(base))
                 lo = hi = float("nan")
