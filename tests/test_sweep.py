@@ -86,6 +86,17 @@ def test_rows_read_back_as_written_and_summarize_against_another_engine(tmp_path
     assert fast[("prefill", 128)]["ratio"] == pytest.approx(0.5) and fast[("prefill", 128)]["ratio_to"] == "base"
 
 
+def test_summary_leaves_out_prefills_the_server_found_cached():
+    """With one size, each round after the first sends the prompt that the decode before it sent: the server prefills
+    one token, so that round measured no prefill of its size and the summary keeps the rounds that did."""
+    rows = _rows("base", 2.0)
+    for r in rows:
+        if r.kind == "prefill" and r.rep > 0:
+            r.prompt_n, r.ttft_s = 1, 0.03
+    pre = [r for r in summarize(rows, "base", n_resamples=200) if r["kind"] == "prefill"]
+    assert len(pre) == 1 and pre[0]["reps"] == 1 and pre[0]["median_s"] == pytest.approx(2.0)
+
+
 def test_decode_step_timings_sum_layers_and_keep_only_one_token_passes():
     """A step's branches are summed over its layers; the per-layer larger branch bounds overlapped branches; a prompt
     pass (its last layer computes one row, the others more) is no decode step."""

@@ -224,9 +224,11 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
     from scipy.stats import bootstrap
 
     def series(engine: str, kind: str, p: int, n: int | None) -> np.ndarray:
+        # a prefill the server found cached (prompt_n below its new tokens: with one size, every round after the
+        # first sends the prompt the decode before it sent) measured no prefill and is left out
         vals = {r.rep: (r.ttft_s if kind == "prefill" else r.tpot_s) for r in rows
                 if r.engine == engine and r.kind == kind and r.prefix == p and (n is None or r.n_new == n)
-                and not r.error}
+                and not r.error and not (kind == "prefill" and r.prompt_n is not None and r.prompt_n < r.n_new)}
         return np.array([vals[k] for k in sorted(vals) if vals[k] is not None], dtype=float)
 
     engines = list(dict.fromkeys(r.engine for r in rows))

@@ -10,14 +10,16 @@
 #              timed, the branches then one after the other): per decode step the GPU branch, the CPU branch, the
 #              per-layer larger of the two, the cold routes the CPU computes
 #     t15/     the two ostinato engines with 15 CPU threads instead of 16 (-t 15: one core left to the copy thread)
+#   bash data/reference/h200/borrow/breakdown.sh reverse # plain/ again in reversed engine order (plain2/)
 #   bash data/reference/h200/borrow/breakdown.sh churn   # the CUDA build without tests, then two sweeps of the two
 #                                                        # ostinato engines with fewer copies per step (511 new tokens):
 #     admit1/  --residency-borrow-admit 1 (one copy queued per pool and token boundary instead of four)
 #     stable/  the same with --residency-borrow-decay 0.99 and --residency-borrow-margin 1 (scores that last longer, and
 #              a newcomer must score twice the expert it replaces)
-# Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: breakdown/ beside this script).
+# Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: breakdown/ beside this script). A sweep of one size
+# measures decode only: every round after the first finds its prompt cached (the summary leaves such prefills out).
 set -euo pipefail
-part=${1:?usage: breakdown.sh build|sweeps|churn}
+part=${1:?usage: breakdown.sh build|sweeps|reverse|churn}
 here=$(cd "$(dirname "$0")" && pwd)
 export OUT=${OUT:-$here/breakdown}
 mkdir -p "$OUT"
@@ -26,7 +28,7 @@ build)
   VARIANTS=stock,ostinato OP_TESTS=0 TESTS_K=borrow TESTS_BUDGET=${TESTS_BUDGET:-120} \
       bash "$here/../branches/run.sh" build
   ;;
-sweeps|churn)
+sweeps|reverse|churn)
   OST="ostinato-overlap, ostinato-borrow"
   sweep() {  # name, engines, sizes, extra server args (YAML list items)
     printf 'sweep:\n  sizes: [%s]\n  server_args: ["--load-mode", "none"%s]\n' "$3" "$4" > "$OUT/$1.yaml"
@@ -38,6 +40,8 @@ sweeps|churn)
     VARIANTS=stock,ostinato OP_TESTS=0 TESTS_K=no_test_matches_this TESTS_BUDGET=30 bash "$here/../branches/run.sh" build
     sweep admit1 "$OST" "511" ', "--residency-borrow-admit", "1"'
     sweep stable "$OST" "511" ', "--residency-borrow-admit", "1", "--residency-borrow-decay", "0.99", "--residency-borrow-margin", "1"'
+  elif [ "$part" = reverse ]; then
+    sweep plain2 "ostinato-borrow, ostinato-overlap, llama.cpp-layers" "128, 256, 511" ""
   else
     sweep plain "llama.cpp-layers, $OST" "128, 256, 511" ""
     sweep timers "$OST" "511" ', "--residency-timers"'
