@@ -149,3 +149,18 @@ def test_an_edit_during_the_build_is_refused(tmp_path):
     assert variant_fingerprint(req, "upstream") == made_from["upstream"]  # upstream has no engine/src
     with pytest.raises(RuntimeError, match="inputs for stage 'stock'.*changed during the build"):
         check_inputs_unchanged(req, made_from)
+
+
+def test_x86_builds_leave_intel_amx_out_of_the_cpu_backend() -> None:
+    """On x86 the CPU backend is compiled without AMX (its buffer type takes deepseek4 weights its kernels cannot
+    multiply, and the scheduler aborts), so the engine runs the same on CPUs with and without it; elsewhere the flags,
+    which other architectures' compilers reject, are not passed."""
+    from ostinato.engine.backend import Backend
+    from ostinato.engine.stages import NO_AMX_FLAGS, _cmake_args
+
+    pin = load_pin(REPO / "engine" / "pin.json")
+    cpu = Backend("cpu", ("-DGGML_CUDA=OFF",), "test")
+    x86 = _cmake_args(pin, cpu, machine="x86_64")
+    assert f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}" in x86 and f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}" in x86
+    assert "-mno-amx-int8" in NO_AMX_FLAGS
+    assert not any("amx" in a for a in _cmake_args(pin, cpu, machine="aarch64"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import platform
 import shutil
 import subprocess
 import time
@@ -66,10 +67,18 @@ class VariantManifest:
     sources: str = ""
 
 
-def _cmake_args(pin: EnginePin, backend: Backend) -> list[str]:
+# On x86 the CPU backend is built without Intel AMX: with -march=native on a CPU that has it, llama.cpp b11312 gives
+# the AMX buffer type F16 and quantized weights that a deepseek4 graph then multiplies in shapes the AMX kernels do not
+# take (the scheduler aborts: GGML_ASSERT(*cur_backend_id != -1)). Explicit -mno-* flags win over -march=native.
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def _cmake_args(pin: EnginePin, backend: Backend, machine: str | None = None) -> list[str]:
     args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
             f"-DLLAMA_BUILD_NUMBER={pin.build_number}", f"-DLLAMA_BUILD_COMMIT={pin.short_commit}"]
+    if (machine or platform.machine()).lower() in ("x86_64", "amd64"):
+        args += [f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}"]
     if shutil.which("ccache"):
         args += ["-DGGML_CCACHE=ON"]
     else:
