@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ostinato.sweep.cold import cold_per_token_layer, whole_layer_hot
-from ostinato.sweep.prefill import BenchPlan, BenchRow, decode_step_timings, read_rows, summarize, write_rows
+from ostinato.sweep.prefill import BenchPlan, BenchRow, decode_step_breakdown, read_rows, summarize, write_rows
 from ostinato.routing.trace import RoutingTrace, TraceShape
 
 
@@ -97,12 +97,12 @@ def test_summary_leaves_out_prefills_the_server_found_cached():
     assert len(pre) == 1 and pre[0]["reps"] == 1 and pre[0]["median_s"] == pytest.approx(2.0)
 
 
-def test_decode_step_timings_sum_layers_and_keep_only_one_token_passes():
+def test_decode_step_breakdown_sums_layers_and_keeps_only_one_token_passes():
     """A step's branches are summed over its layers; the per-layer larger branch bounds overlapped branches; a prompt
     pass (its last layer computes one row, the others more) is no decode step."""
     t = lambda p, layer, n, c, g, cpu: {"pass": p, "layer": layer, "n_tokens": n, "n_cold": c,  # noqa: E731
                                        "gpu_ms": g, "cpu_ms": cpu}
-    got = decode_step_timings([t(7, 0, 4, 3, 0.2, 0.9), t(7, 1, 1, 1, 0.1, 0.3),          # prompt pass
+    got = decode_step_breakdown([t(7, 0, 4, 3, 0.2, 0.9), t(7, 1, 1, 1, 0.1, 0.3),          # prompt pass
                                t(8, 0, 1, 2, 0.1, 0.5), t(8, 1, 1, 0, 0.3, 0.1),          # step 1
                                t(9, 0, 1, 1, 0.1, 0.2), t(9, 1, 1, 1, 0.1, 0.4)])         # step 2
     assert got["timer_steps"] == 2
@@ -110,7 +110,7 @@ def test_decode_step_timings_sum_layers_and_keep_only_one_token_passes():
     assert got["cpu_ms_step"] == pytest.approx((0.6 + 0.6) / 2)
     assert got["branch_bound_ms_step"] == pytest.approx((0.5 + 0.3 + 0.2 + 0.4) / 2)
     assert got["cold_routes_step"] == pytest.approx(2.0)
-    assert decode_step_timings([t(7, 0, 4, 3, 0.2, 0.9)]) is None
+    assert decode_step_breakdown([t(7, 0, 4, 3, 0.2, 0.9)]) is None
 
 
 def test_summary_gives_the_timed_branches_and_the_borrow_costs_per_step():

@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from ostinato.presets import EngineConfig
-from ostinato.server.client import RequestInput, erase_slot, residency_timings, send_completion
+from ostinato.server.client import (RequestInput, decode_step_timings, erase_slot, residency_timings,
+                                    send_completion)
 from ostinato.server import LlamaServer, ServerConfig
 from ostinato.models.gguf_shape import MoeShape
 from ostinato.routing.trace import RoutingTrace, TraceShape
@@ -128,12 +129,7 @@ def run_calibration(config: EngineConfig, server_bin: Path, model: Path, plan: C
                 got = residency_timings(srv.client, srv.base_url, last_pass)["timings"]
                 last_pass = max((x["pass"] for x in got), default=last_pass)
                 if what == "decode":
-                    # the decode steps: passes of one token in every layer (a prompt's last layer computes only
-                    # its output row)
-                    width: dict[int, int] = {}
-                    for x in got:
-                        width[x["pass"]] = max(width.get(x["pass"], 0), x["n_tokens"])
-                    timings.extend({"rep": rep, "r": r, **x} for x in got if width[x["pass"]] == 1)
+                    timings.extend({"rep": rep, "r": r, **x} for x in decode_step_timings(got))
             if progress:
                 progress(rows[-1])
 

@@ -259,6 +259,15 @@ def residency_timings(client: httpx.Client, base_url: str, after_pass: int = 0, 
     return resp.json()
 
 
+def decode_step_timings(timings: list[dict]) -> list[dict]:
+    """The timings (`residency_timings`' `timings`) of decode steps: passes that computed one token in every layer (a
+    prompt pass's last layer computes only its output row, so a pass counts by its widest layer)."""
+    width: dict[int, int] = {}
+    for t in timings:
+        width[t["pass"]] = max(width.get(t["pass"], 0), t["n_tokens"])
+    return [t for t in timings if width[t["pass"]] == 1]
+
+
 def erase_slot(client: httpx.Client, base_url: str, slot: int = 0, timeout_s: float = 60.0) -> int:
     """Erase the prompt cache of a slot (needs `--slot-save-path`); return the erased token count."""
     resp = client.post(f"{base_url}/slots/{slot}", params={"action": "erase"}, timeout=timeout_s)

@@ -19,7 +19,8 @@ import numpy as np
 
 from ostinato.atomic import atomic_open
 from ostinato.presets import EngineConfig
-from ostinato.server.client import RequestInput, RequestOutput, erase_slot, residency_timings, send_completion
+from ostinato.server.client import (RequestInput, RequestOutput, decode_step_timings, erase_slot, residency_timings,
+                                    send_completion)
 from ostinato.replay.runner import borrow_counters
 from ostinato.server.launcher import LlamaServer, ServerConfig
 
@@ -112,27 +113,18 @@ def _with_borrow(row: BenchRow, before: dict | None, after: dict | None) -> Benc
     return row
 
 
-def decode_step_timings(timings: list[dict]) -> dict | None:
+def decode_step_breakdown(timings: list[dict]) -> dict | None:
     """The engine's timers over a request's decode steps (`GET /residency` timings): per step, the GPU and CPU
     branches summed over the layers, the sum over the layers of the larger branch, and the cold routes; the mean over
-    the steps. A step is a pass whose every layer computed one token (a prompt pass's last layer computes fewer rows
-    than the pass, so only width 1 is a decode step). None when no step was timed."""
-    width: dict[int, int] = {}
-    for t in timings:
-        width[t["pass"]] = max(width.get(t["pass"], 0), t["n_tokens"])
-    steps = {p for p, w in width.items() if w == 1}
-    if not steps:
+    the steps. None when no step was timed."""
+    steps = decode_step_timings(timings)
+    n = len({t["pass"] for t in steps})
+    if not n:
         return None
-    tot = {"gpu": 0.0, "cpu": 0.0, "bound": 0.0, "cold": 0}
-    for t in timings:
-        if t["pass"] in steps:
-            tot["gpu"] += t["gpu_ms"]
-            tot["cpu"] += t["cpu_ms"]
-            tot["bound"] += max(t["gpu_ms"], t["cpu_ms"])
-            tot["cold"] += t["n_cold"]
-    n = len(steps)
-    return {"timer_steps": n, "gpu_ms_step": tot["gpu"] / n, "cpu_ms_step": tot["cpu"] / n,
-            "branch_bound_ms_step": tot["bound"] / n, "cold_routes_step": tot["cold"] / n}
+    return {"timer_steps": n, "gpu_ms_step": sum(t["gpu_ms"] for t in steps) / n,
+            "cpu_ms_step": sum(t["cpu_ms"] for t in steps) / n,
+            "branch_bound_ms_step": sum(max(t["gpu_ms"], t["cpu_ms"]) for t in steps) / n,
+            "cold_routes_step": sum(t["n_cold"] for t in steps) / n}
 
 
 @dataclass
@@ -157,14 +149,14 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
     borrows = "--residency-borrow" in (*run.config.server_args, *run.extra_args)
     timed = "--residency-timers" in (*run.config.server_args, *run.extra_args)
 
-    def last_pass(after: int) -> int:
-        # the timings are kept for the last 262,144 layer passes: read those since the last request, keep the newest
+    def timings_since(after: int) -> tuple[list[dict], int]:
+        # the timings of the passes after `after` (the engine keeps the last 262,144 layer passes), and the newest pass
         got = residency_timings(srv.client, srv.base_url, after)["timings"]
-        return max((t["pass"] for t in got), default=after)
+        return got, max((t["pass"] for t in got), default=after)
 
     with LlamaServer(cfg) as srv:
         erase_slot(srv.client, srv.base_url)
-        seen = last_pass(0) if timed else 0
+        seen = timings_since(0)[1] if timed else 0
         for p in plan.prefixes:
             head = prefix[:p]
             warm = send_completion(srv.client, srv.base_url, RequestInput(tuple(head), 1, (forced[0],)))
@@ -180,15 +172,14 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
                     # after the largest size (cached when it was the last one sent): decode positions follow it
                     n = max(plan.sizes)
                     before = borrow_counters(srv) if borrows else None
-                    seen = last_pass(seen) if timed else seen
+                    seen = timings_since(seen)[1] if timed else seen
                     out = send_completion(srv.client, srv.base_url,
                                           RequestInput(tuple(head + new[n]), plan.n_decode, tuple(forced)))
                     after = borrow_counters(srv) if borrows else None
                     row = _with_borrow(_row(run.config.name, rep, "decode", p, n, out), before, after)
                     if timed:
-                        got = residency_timings(srv.client, srv.base_url, seen)["timings"]
-                        seen = max((t["pass"] for t in got), default=seen)
-                        for k, v in (decode_step_timings(got) or {}).items():
+                        got, seen = timings_since(seen)
+                        for k, v in (decode_step_breakdown(got) or {}).items():
                             setattr(row, k, v)
                     rows.append(row)
                     if progress:
@@ -266,7 +257,8 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
                 steps = sum(r.timer_steps for r in t)
                 mean = lambda k: sum(getattr(r, k) * r.timer_steps for r in t) / steps  # noqa: E731
                 rec.update({"timer_steps": steps, "gpu_ms_per_step": mean("gpu_ms_step"),
-                            "cpu_ms_per_step": mean("cpu_ms_step"), "branch_bound_ms_per_step": mean("branch_bound_ms_step"),
+                            "cpu_ms_per_step": mean("cpu_ms_step"),
+                            "branch_bound_ms_per_step": mean("branch_bound_ms_step"),
                             "cold_routes_per_step": mean("cold_routes_step")})
                 rec["other_ms_per_step"] = rec["median_s"] * 1e3 - rec["gpu_ms_per_step"] - rec["cpu_ms_per_step"]
             if base.size and e != baseline and x.size == base.size:
