@@ -41,7 +41,7 @@ def test_default_dag_reaches_every_stage(tmp_path):
         assert rule in proc.stdout, rule
 
 
-def test_borrow_replays_take_their_parameters_from_the_development_sessions():
+def test_borrow_replays_take_their_parameters_from_the_development_sessions(tmp_path):
     """`ostinato-borrow`'s replay starts the engine with what `tune_borrow` chose on the development set's recorded
     routing (never the held-out sessions); the GPU config's bitwise check adds borrowed memory to both its replays."""
     proc = _snakemake("-n", "-p", "--forceall", "--cores", "1", "results/replay/tau2-few/ostinato-borrow")
@@ -53,6 +53,15 @@ def test_borrow_replays_take_their_parameters_from_the_development_sessions():
     proc = _snakemake("results/replay/bitwise/tau2-heldout/overlap.json", "-n", "-p", "--forceall", "--cores", "16",
                       "--configfile", "config/h200.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = [l for l in proc.stdout.splitlines() if "ostinato replay run" in l and "bitwise/tau2-heldout" in l]
+    assert len(runs) == 2 and all("--server-arg=--residency-borrow --server-arg=all" in l for l in runs), runs
+    assert "rule summarize_replay:" in proc.stdout  # after the timed replays ...
+    alone = tmp_path / "alone.yaml"
+    alone.write_text("replay:\n  bitwise:\n    after_replays: false\n")
+    proc = _snakemake("results/replay/bitwise/tau2-heldout/overlap.json", "-n", "-p", "--forceall", "--cores", "16",
+                      "--configfile", "config/h200.yaml", str(alone))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rule summarize_replay:" not in proc.stdout and "rule replay:" not in proc.stdout  # ... or alone
     runs = [l for l in proc.stdout.splitlines() if "ostinato replay run" in l and "bitwise/tau2-heldout" in l]
     assert len(runs) == 2 and all("--server-arg=--residency-borrow --server-arg=all" in l for l in runs), runs
 

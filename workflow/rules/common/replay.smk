@@ -176,5 +176,7 @@ def replay_targets():
 
 def bitwise_inputs(wildcards):
     """What one replay of the bitwise check reads: its engine's server, model, plan and capacity test, the sessions,
-    the forced routing, and the timed replays' summary (the check runs after them, so it never delays them)."""
-    return {"after": "results/replay/sessions.csv", **engine_inputs(BITWISE["engine"], wildcards.set)}
+    the forced routing, and the timed replays' summary (the check runs after them, so it never delays them), unless
+    replay.bitwise.after_replays is false (the check alone, e.g. on a GPU session that has time for it only)."""
+    after = {"after": "results/replay/sessions.csv"} if BITWISE.get("after_replays", True) else {}
+    return {**after, **engine_inputs(BITWISE["engine"], wildcards.set)}

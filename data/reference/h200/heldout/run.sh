@@ -29,9 +29,14 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
-# config/h200.yaml with the CUDA engine built from the carried tree
-CONFIG=(--configfile config/h200.yaml
-        --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}")
+# config/h200.yaml with the CUDA engine built from the carried tree; BITWISE_ALONE=1 adds replay.bitwise.after_replays:
+# false, so that TARGETS=results/replay/bitwise/tau2-heldout/overlap.json runs the whole-session bitwise check alone
+CONFIG=(--configfile config/h200.yaml)
+if [ "${BITWISE_ALONE:-0}" = 1 ]; then
+  printf 'replay:\n  bitwise:\n    after_replays: false\n' > "$OUT/bitwise-alone.yaml"
+  CONFIG+=("$OUT/bitwise-alone.yaml")
+fi
+CONFIG+=(--config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}")
 smk() {
   timeout -k 20 "$1" python3 -m snakemake --cores all "${CONFIG[@]}" --rerun-triggers mtime --keep-going "${@:2}"
 }
