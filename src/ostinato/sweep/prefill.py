@@ -156,7 +156,7 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
 
     with LlamaServer(cfg) as srv:
         erase_slot(srv.client, srv.base_url)
-        seen = timings_since(0)[1] if timed else 0
+        seen = 0  # the newest timed pass read so far (each decode request first reads the passes before it)
         for p in plan.prefixes:
             head = prefix[:p]
             warm = send_completion(srv.client, srv.base_url, RequestInput(tuple(head), 1, (forced[0],)))
