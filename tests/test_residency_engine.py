@@ -343,6 +343,104 @@ def test_borrowed_memory_lends_decode_the_staging_area(engine_variants, model_ca
             np.testing.assert_allclose(_probs(g), _probs(r), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("borrow", [False, True])
+def test_one_graph_per_decode_step_computes_bitwise_what_per_segment_graphs_compute(engine_variants, model_case, borrow):
+    """--residency-graph step: a decode step's cold routes leave the scheduler's graph for the resident CPU worker (a
+    SEND and a RECV node per MoE layer with a pool, none of the cold routes' nodes), the worker answers every layer of
+    every decode step, a layer whose routes are all resident costs it nothing, and the outputs are the same tokens and
+    bitwise the same probabilities as per-segment graphs' (with borrowed memory too, with the same borrow counters)."""
+    model, shape, trace, _, tmp = model_case
+    plan = tmp / "plan-graph.json"
+    write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 5)))
+    moe = shape.moe_layers()
+    extra = ("--residency-borrow", "all") if borrow else ()
+    outs, stats, logs = {}, {}, {}
+    for graph in ("segments", "step"):
+        name = f"graph-{graph}-{borrow}"
+        cfg = ServerConfig(binary=engine_variants["ostinato"] / "llama-server", model=model,
+                           args=["-c", "1024", "-t", "2", "-lv", "5", "--residency-plan", str(plan),
+                                 "--residency-upload-min", "4096", "--residency-branches", "overlap",
+                                 "--residency-graph", graph, *extra],
+                           log_path=tmp / f"server-{name}.log", startup_timeout_s=120, routing_dir=tmp,
+                           env={"GGML_SCHED_DEBUG": "2"})
+        with LlamaServer(cfg) as srv:
+            before = _timings(srv)
+            outs[graph] = _complete(srv, trace, n_predict=BORROW_PREDICT)
+            after = _timings(srv)
+        logs[graph] = srv.log_tail(10**8)
+        stats[graph] = {k: {c: after[k][c] - before[k][c] if not isinstance(after[k][c], bool) and c not in ("slots", "active")
+                            else after[k][c] for c in after[k]} for k in ("graph", "borrow")}
+    assert outs["step"]["tokens"] == outs["segments"]["tokens"]
+    assert np.array_equal(_probs(outs["step"]), _probs(outs["segments"]))
+    g = stats["step"]["graph"]
+    assert g["step"] and not stats["segments"]["graph"]["step"] and stats["segments"]["graph"]["branches"] == 0
+    # one answer per MoE layer and decode step (the last token is not computed); the plan's first MoE layer is all
+    # resident: its answers cost nothing
+    assert g["branches"] == (BORROW_PREDICT - 1) * len(moe), g
+    assert BORROW_PREDICT - 1 <= g["skipped"] < g["branches"], g
+    if borrow:
+        assert stats["step"]["borrow"]["steps_hit"] > 0
+        drop = ("ms", "wait_ms")
+        assert {k: v for k, v in stats["step"]["borrow"].items() if k not in drop} == \
+            {k: v for k, v in stats["segments"]["borrow"].items() if k not in drop}
+    assert "decode steps compute as one graph per device" in logs["step"]
+    # the last graph the log lists is a decode step's
+    names = [e[3] for e in _graph(logs["step"]) if e[0] == "node"]
+    for l in moe:
+        assert f"ffn_moe_host_send-{l}" in names and f"ffn_moe_host_recv-{l}" in names, l
+        order = _node_order(logs["step"], l)
+        assert order["hot"] and not order["cold"] and not order["cold_in"] and not order["hot_wait"], (l, order)
+        send, recv = names.index(f"ffn_moe_host_send-{l}"), names.index(f"ffn_moe_host_recv-{l}")
+        hot = [names.index(n) for n in names if re.fullmatch(rf"ffn_moe_(up|gate|down|gate_up)-{l}", n)]
+        assert hot and send < min(hot) and max(hot) < recv, (l, send, hot, recv)  # the GPU branch between the two
+
+
+def test_a_cpu_worker_that_answers_late_fails_the_step_with_an_error_naming_the_layer(engine_variants, model_case):
+    """A worker that does not answer within --residency-worker-timeout (here made late on purpose,
+    OSTINATO_TEST_WORKER_STALL_MS) fails the decode step: the request gets an error, the log names the layer and the
+    step, the server keeps serving, and later requests compute on per-segment graphs (the same tokens as without)."""
+    model, shape, trace, ref, tmp = model_case
+    plan = tmp / "plan-stall.json"
+    write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 5)))
+    base = ["-c", "1024", "-t", "2", "-lv", "4", "--residency-plan", str(plan), "--residency-upload-min", "4096"]
+    cfg = ServerConfig(binary=engine_variants["ostinato"] / "llama-server", model=model,
+                       args=[*base, "--no-warmup", "--residency-graph", "step", "--residency-worker-timeout", "20"],
+                       log_path=tmp / "server-stall.log", startup_timeout_s=120, routing_dir=tmp,
+                       env={"OSTINATO_TEST_WORKER_STALL_MS": "200"})
+    with LlamaServer(cfg) as srv:
+        srv.client.post(f"{srv.base_url}/slots/0?action=erase").raise_for_status()
+        r = srv.client.post(f"{srv.base_url}/completion", json={
+            "prompt": PROMPT, "n_predict": N_PREDICT, "temperature": 0, "return_tokens": True, "cache_prompt": False,
+            "routing": {"force": os.path.relpath(trace, srv.config.routing_dir)}})
+        assert r.status_code >= 400 or "error" in r.text, r.text[:300]
+        assert srv.client.get(f"{srv.base_url}/health").status_code == 200
+        again = _complete(srv, trace)
+    log = srv.log_tail(10**7)
+    m = re.search(r"the CPU worker did not answer layer (\d+) of decode step (\d+) within 20\.000 ms", log)
+    assert m and int(m[1]) in shape.moe_layers(), log[-3000:]
+    assert again["tokens"] == ref["tokens"]
+
+
+def test_graph_flags_are_checked(engine_variants, tiny_model, llama_tree, tmp_path):
+    shape = moe_shape_from_gguf(tiny_model, llama_tree)
+    plan = tmp_path / "plan.json"
+    write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 1)))
+    with_plan = ("--residency-plan", str(plan))
+    for args, message in [
+            (("--residency-graph", "one"), "--residency-graph must be 'segments' or 'step', got 'one'"),
+            (("--residency-graph", "step"), "--residency-graph step needs --residency-plan"),
+            ((*with_plan, "--residency-graph", "step", "--residency-timers"),
+             "--residency-graph step and --residency-timers cannot be combined"),
+            ((*with_plan, "--residency-graph", "step", "--residency-policy", "decay"),
+             "--residency-graph step works with --residency-policy static only"),
+            ((*with_plan, "--residency-worker-timeout", "0"),
+             "--residency-worker-timeout must be a number of milliseconds > 0, got '0'")]:
+        srv = _server(engine_variants["ostinato"], tiny_model, tmp_path, "bad-graph", *args)
+        with pytest.raises(ServerError):
+            srv.start()
+        assert message in (tmp_path / "server-bad-graph.log").read_text(), args
+
+
 def test_borrowed_memory_follows_the_python_reference(engine_variants, model_case):
     """The engine's borrow counters equal those of `ostinato.residency.borrow.BorrowedSlots` run over the same passes
     (as the timers report them: the prompt's, each layer's rows, then one pass per decode step) and the same forced
@@ -522,8 +620,9 @@ def test_engine_and_python_accept_the_same_plans(engine_variants, tiny_model, ll
 @pytest.mark.parametrize("policy", ["static", "decay", "borrow"])
 def test_whole_sessions_overlapped_replay_bitwise_the_in_turn_replay(engine_variants, model_case, policy):
     """The Appendix A check over whole sessions: multi-turn sessions replayed through llama-server (growing prompts,
-    the prompt cache, forced outputs and forced routing), once with the split path's branches in turn and once
-    overlapped, return the same tokens and bitwise the same top log-probabilities in every request
+    the prompt cache, forced outputs and forced routing), once with the split path's branches in turn, once
+    overlapped and (static plan, borrowed memory) once with one graph per decode step, return the same tokens and
+    bitwise the same top log-probabilities in every request
     (`replay run --record-probs`, `replay bitwise`). With borrowed memory (static plan), both replays also count the
     same decode steps on borrowed experts, some of them in every session; on the CPU build, where one kernel computes
     both branches, they are also bitwise the replay without borrowed memory."""
@@ -550,11 +649,14 @@ def test_whole_sessions_overlapped_replay_bitwise_the_in_turn_replay(engine_vari
     pol = {"static": (), "decay": ("--residency-policy", "decay"), "borrow": ("--residency-borrow", "all")}[policy]
     outs = {}
     cpu = os.environ.get("OSTINATO_ENGINE_BACKEND", "cpu") == "cpu"
-    for branches in ("inturn", "overlap") + (("none",) if policy == "borrow" and cpu else ()):
+    steps = ("inturn", "overlap") + (("step",) if policy != "decay" else ()) + (("none",) if policy == "borrow" and cpu else ())
+    for branches in steps:
         out = tmp / f"bw-{policy}-{branches}"
         cfg = ReplayConfig("ostinato", out, machine="test", progress=False, record_probs=4, routing_force_dir=force,
                            borrow_counters=policy == "borrow" and branches != "none")
-        flags = ("--residency-branches", "inturn") if branches == "none" else ("--residency-branches", branches, *pol)
+        flags = (("--residency-branches", "inturn") if branches == "none" else
+                 ("--residency-branches", "overlap", "--residency-graph", "step", *pol) if branches == "step" else
+                 ("--residency-branches", branches, *pol))
         srv = _server(engine_variants["ostinato"], model, tmp, f"bw-{policy}-{branches}", "--residency-plan", str(plan),
                       "--residency-upload-min", "4096", *flags)
         srv = LlamaServer(dataclasses.replace(srv.config, routing_dir=cfg.routing_dir()))
@@ -566,6 +668,10 @@ def test_whole_sessions_overlapped_replay_bitwise_the_in_turn_replay(engine_vari
     assert report.equal, report.differences[:3]
     assert (report.sessions, report.requests) == (2, 6)
     assert report.tokens == sum(len(r.output_token_ids) for s in sessions for r in s.requests)
+    if "step" in outs:
+        # one graph per decode step: the same tokens and probabilities (and borrow counters) as in turn
+        graph = compare(outs["inturn"], outs["step"])
+        assert graph.equal and graph.tokens == report.tokens and graph.borrow_b == report.borrow_a, graph.differences[:3]
     if policy == "borrow":
         assert report.borrow_a == report.borrow_b and report.borrow_a["steps"] == 2 * 3 * (6 - 1)
         assert 0 < report.borrow_a["steps_hit"] <= report.borrow_a["hits"]

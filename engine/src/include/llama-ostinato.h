@@ -131,6 +131,21 @@ extern "C" {
             struct llama_model * model,
             const struct llama_residency_borrow_params * params);
 
+    // One graph per decode step (engine/README.md, "One graph per decode step"): with step set, every single-token
+    // pass hands each MoE layer's cold routes to a resident CPU worker of its pool's device (a thread and a ggml thread
+    // pool of n_threads threads, created and pinned here, once) through pinned host memory that the device reads and
+    // writes, so that the device computes the rest of the step, all its layers, as one graph (on CUDA one CUDA graph
+    // per GPU) and waits on the GPU for each layer's answer, at most timeout_ms; a layer whose routes are all resident
+    // costs the worker nothing. A step whose worker did not answer in time fails (llama_decode returns an error, the
+    // log names the layer), and later decode steps compute on per-segment graphs. Set it after the borrowed memory and
+    // before any context; not with the timers or the lru and decay policies. step false removes the workers.
+    // Returns 0, or -1 (an error logged).
+    LLAMA_API int32_t llama_model_residency_set_graph(
+            struct llama_model * model,
+                          bool   step,
+                       int32_t   n_threads,
+                        double   timeout_ms);
+
     struct llama_residency_stats {
         int64_t  n_resident;       // experts in the pools
         uint64_t n_upload_pass;    // forward passes that took the upload path
@@ -155,6 +170,10 @@ extern "C" {
         uint64_t n_borrow_bytes;       // bytes copied into borrowed slots
         int64_t  t_borrow_us;          // the background thread's copy time
         int64_t  t_borrow_wait_us;     // time token boundaries waited for copies not yet done
+        int32_t  graph_step;           // one graph per decode step is on (llama_model_residency_set_graph)
+        uint64_t n_graph_branches;     // layers of decode steps whose cold routes a CPU worker answered
+        uint64_t n_graph_skipped;      // of which every route was resident (the worker computed nothing)
+        int64_t  t_graph_cpu_us;       // the workers' time on them
     };
 
     // statistics of the model's pools since the plan was loaded; -1 if no plan is loaded

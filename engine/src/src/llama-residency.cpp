@@ -26,6 +26,7 @@ using json = nlohmann::json;
 static const char * k_kind_name[LLAMA_RESIDENCY_N_KIND] = { "up", "gate", "down", "gate_up" };
 
 llama_residency::~llama_residency() {
+    hosts.clear();  // their workers read the borrow scores and the model's experts
     borrow.reset(); // its thread copies into the buffers below
     for (auto * b : bufs) {
         ggml_backend_buffer_free(b);
@@ -545,9 +546,33 @@ static void residency_borrow_before(llm_graph_input_residency & inp) {
     }
 }
 
+llm_graph_input_residency::~llm_graph_input_residency() {
+    for (auto & b : host_branches) {
+        if (b.galloc != nullptr) {
+            ggml_gallocr_free(b.galloc);
+        }
+    }
+    if (host_ctx != nullptr) {
+        ggml_free(host_ctx);
+    }
+}
+
+bool llm_graph_input_residency::can_reuse(const llm_graph_params & params) {
+    (void) params;
+    for (const auto & hg : host_graphs) {
+        if (hg.host->failed) {
+            return false;
+        }
+    }
+    return true;
+}
+
 void llm_graph_input_residency::set_input(const llama_ubatch * ubatch) {
     if (rsd->borrow && ubatch != nullptr) {
         residency_borrow_before(*this);
+    }
+    for (auto & hg : host_graphs) {
+        hg.host->arm(&hg.by_layer, hg.n_send);
     }
     llama_residency_policy * pol = rsd->policy.get();
     if (pol == nullptr || ubatch == nullptr) {
@@ -699,6 +724,163 @@ static void residency_cold_done(ggml_tensor * dst, int ith, int nth, void * user
     }
 }
 
+// one graph per decode step: swap the sources of the cold branch's nodes (reachable from out, stopping at the inputs)
+// for their stand-ins in the channel; every swap is recorded so that it can be undone
+static void residency_swap_srcs(ggml_tensor * out, const std::map<const ggml_tensor *, ggml_tensor *> & standin, int depth,
+                                std::set<ggml_tensor *> & seen, std::vector<std::tuple<ggml_tensor *, int, ggml_tensor *>> & swaps) {
+    if (out == nullptr || depth > 12 || standin.count(out) || !seen.insert(out).second) {
+        return;
+    }
+    for (int i = 0; i < GGML_MAX_SRC; ++i) {
+        ggml_tensor * s = out->src[i];
+        auto it = standin.find(s);
+        if (s != nullptr && it != standin.end()) {
+            swaps.emplace_back(out, i, s);
+            out->src[i] = it->second;
+        } else {
+            residency_swap_srcs(s, standin, depth + 1, seen, swaps);
+        }
+    }
+}
+
+// whether the nodes below t (down to tensors with memory of their own) are few and reach no input of the decode graph
+static bool residency_host_graph_closed(const ggml_tensor * t, std::set<const ggml_tensor *> & seen) {
+    if (t == nullptr || t->data != nullptr || !seen.insert(t).second) {
+        return true;
+    }
+    if (seen.size() > 200 || (t->op == GGML_OP_NONE && t->view_src == nullptr)) {
+        return false;
+    }
+    for (int i = 0; i < GGML_MAX_SRC; ++i) {
+        if (!residency_host_graph_closed(t->src[i], seen)) {
+            return false;
+        }
+    }
+    return t->view_src == nullptr || residency_host_graph_closed(t->view_src, seen);
+}
+
+// one graph per decode step: the layer's CPU branch becomes a host branch of the decode graph (engine/README.md, "One
+// graph per decode step"): a SEND node hands the cold inputs (and, with borrowed memory, the layer's routes) to the
+// worker of the pool's device and the graph goes on with the GPU branch; a RECV node waits for the worker's result. The
+// cold branch's nodes, built by build_experts as on the other paths, are taken out of the graph into a graph of their
+// own that reads the channel. nullptr (nothing changed) when the branch does not fit the channel.
+static ggml_tensor * residency_build_host_branch(
+        const llama_residency * rsd, llama_residency_host * host, ggml_context * ctx0, llm_graph_result * res,
+        ggml_cgraph * gf, int il, ggml_tensor * out_hot, ggml_tensor * out_cold, ggml_tensor * ids_cold,
+        ggml_tensor * ids_flat, bool borrow_decode, const std::vector<ggml_tensor *> & cold_inputs) {
+    std::vector<ggml_tensor *> srcs = cold_inputs;
+    if (rsd->borrow) {
+        srcs.push_back(ids_flat);
+    }
+    srcs.push_back(ids_cold);
+    const char * why = nullptr;
+    size_t in_bytes = 0;
+    for (ggml_tensor * t : srcs) {
+        if (!ggml_is_contiguous(t)) {
+            why = "an input of the cold branch is not contiguous";
+        }
+        in_bytes += (ggml_nbytes(t) + GGML_HOST_BRANCH_ALIGN - 1) / GGML_HOST_BRANCH_ALIGN * GGML_HOST_BRANCH_ALIGN;
+    }
+    if (srcs.size() > GGML_MAX_SRC) {
+        why = "the cold branch has too many inputs";
+    } else if (in_bytes > host->ch.out_offset || host->ch.out_offset + ggml_nbytes(out_cold) > host->ch.buf_size) {
+        why = "the cold branch does not fit the channel";
+    } else if (out_cold->type != GGML_TYPE_F32 || !ggml_is_contiguous(out_cold) || out_cold->view_src != nullptr) {
+        why = "the cold branch's output is not a contiguous F32 tensor";
+    }
+    std::map<const ggml_tensor *, ggml_tensor *> standin;
+    std::vector<std::tuple<ggml_tensor *, int, ggml_tensor *>> swaps;
+    auto * inp = residency_input_get_or_add(res, rsd);
+    if (why == nullptr) {
+        size_t off = 0;
+        for (ggml_tensor * t : srcs) {
+            ggml_tensor * h = ggml_new_tensor(ctx0, t->type, GGML_MAX_DIMS, t->ne);
+            ggml_format_name(h, "ffn_moe_host_in-%d", il);
+            h->buffer = host->buf_host;
+            h->data   = host->ch.buf + off;
+            off += (ggml_nbytes(t) + GGML_HOST_BRANCH_ALIGN - 1) / GGML_HOST_BRANCH_ALIGN * GGML_HOST_BRANCH_ALIGN;
+            standin[t] = h;
+        }
+        std::set<ggml_tensor *> seen;
+        residency_swap_srcs(out_cold, standin, 0, seen, swaps);
+
+        if (inp->host_ctx == nullptr) {
+            ggml_init_params ip = { rsd->layers.size()*ggml_graph_overhead_custom(256, false) + 4096, nullptr, true };
+            inp->host_ctx = ggml_init(ip);
+        }
+        inp->host_branches.emplace_back();
+        auto & b = inp->host_branches.back();
+        b.layer    = il;
+        b.decode   = borrow_decode;
+        b.ids_cold = standin[ids_cold];
+        b.ids_flat = rsd->borrow ? standin[ids_flat] : nullptr;
+        b.out      = out_cold;
+        b.gf       = inp->host_ctx ? ggml_new_graph_custom(inp->host_ctx, 256, false) : nullptr;
+        if (b.gf == nullptr) {
+            why = "no memory for the cold branch's graph";
+        } else {
+            // the branch's graph must not reach back into the decode graph: below its output, every tensor is a node of
+            // the branch or has memory of its own (a weight, a stand-in)
+            std::set<const ggml_tensor *> seen_chk;
+            if (!residency_host_graph_closed(out_cold, seen_chk)) {
+                why = "the cold branch reads a tensor of the decode graph other than its inputs";
+            } else {
+                out_cold->buffer = host->buf_host;
+                out_cold->data   = host->ch.buf + host->ch.out_offset;
+                ggml_build_forward_expand(b.gf, out_cold);
+            }
+            if (why == nullptr) {
+                b.galloc = ggml_gallocr_new(ggml_backend_dev_buffer_type(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)));
+                if (b.galloc == nullptr || !ggml_gallocr_alloc_graph(b.galloc, b.gf)) {
+                    why = "cannot allocate the cold branch's host memory";
+                }
+            }
+        }
+        if (why != nullptr) {
+            for (auto it = swaps.rbegin(); it != swaps.rend(); ++it) {
+                std::get<0>(*it)->src[std::get<1>(*it)] = std::get<2>(*it);
+            }
+            out_cold->buffer = nullptr;
+            out_cold->data   = nullptr;
+            if (b.galloc != nullptr) {
+                ggml_gallocr_free(b.galloc);
+            }
+            inp->host_branches.pop_back();
+        }
+    }
+    if (why != nullptr) {
+        if (!rsd->graph_step_warned) {
+            LLAMA_LOG_WARN("%s: --residency-graph step: layer %d of a decode graph computes on per-segment graphs: %s\n",
+                           __func__, il, why);
+            const_cast<llama_residency *>(rsd)->graph_step_warned = true;
+        }
+        return nullptr;
+    }
+
+    llm_graph_input_residency::host_graph * hg = nullptr;
+    for (auto & g : inp->host_graphs) {
+        if (g.host == host) {
+            hg = &g;
+        }
+    }
+    if (hg == nullptr) {
+        inp->host_graphs.push_back({host, std::vector<llama_residency_host_branch *>(rsd->layers.size(), nullptr), 0});
+        hg = &inp->host_graphs.back();
+    }
+    hg->by_layer[il] = &inp->host_branches.back();
+    hg->n_send++;
+
+    // [send] [GPU branch] [recv] [sum]: the GPU computes the resident routes while the worker computes the cold ones
+    ggml_tensor * send = ggml_host_branch_send(ctx0, srcs.data(), (int) srcs.size(), &host->ch, il);
+    ggml_format_name(send, "ffn_moe_host_send-%d", il);
+    ggml_build_forward_expand(gf, send);
+    ggml_build_forward_expand(gf, out_hot);
+    ggml_tensor * recv = ggml_host_branch_recv(ctx0, send, GGML_TYPE_F32, out_cold->ne[0], out_cold->ne[1],
+                                               out_cold->ne[2], out_cold->ne[3]);
+    ggml_format_name(recv, "ffn_moe_host_recv-%d", il);
+    return recv;
+}
+
 // table lookup per route: flat index j*n_expert + e of every route -> [n_used, n_tokens] values of tab
 static ggml_tensor * residency_lookup(ggml_context * ctx0, ggml_tensor * tab, ggml_tensor * idx, int64_t n_used, int64_t n_tokens) {
     ggml_tensor * v = ggml_get_rows(ctx0, tab, idx); // [1, n_used*n_tokens]
@@ -802,6 +984,22 @@ ggml_tensor * llama_residency_build_moe(
         std::vector<ggml_tensor *> in;
         std::set<ggml_tensor *> seen_in;
         residency_cold_inputs(out_cold, ids_cold, 0, seen_in, in);
+        // one graph per decode step (--residency-graph step): the cold routes go to the pool device's CPU worker
+        if (n_pass == 1 && !rsd->hosts.empty() && pol == nullptr && slot == nullptr) {
+            llama_residency_host * host = nullptr;
+            for (const auto & h : rsd->hosts) {
+                if (h->dev == p.dev && !h->failed) {
+                    host = h.get();
+                }
+            }
+            if (host != nullptr) {
+                ggml_tensor * recv = residency_build_host_branch(rsd, host, ctx0, res, gf, il, out_hot, out_cold, ids_cold,
+                                                                 ids_flat, borrow_decode, in);
+                if (recv != nullptr) {
+                    return ggml_add(ctx0, out_hot, recv);
+                }
+            }
+        }
         if (rsd->borrow) {
             in.push_back(ids_flat); // borrowed memory: the layer's routes, counted by cold_in
         }
@@ -1085,6 +1283,27 @@ void llama_residency_after_build(
 // public API
 //
 
+bool llama_residency_after_compute(const llama_residency * rsd, llm_graph_result & res, ggml_backend_sched_t sched) {
+    if (rsd == nullptr || rsd->hosts.empty()) {
+        return true;
+    }
+    auto * inp = residency_input_get(&res);
+    if (inp == nullptr || inp->host_graphs.empty()) {
+        return true;
+    }
+    ggml_backend_sched_synchronize(sched);
+    bool ok = true;
+    for (auto & hg : inp->host_graphs) {
+        std::string err;
+        if (!hg.host->finish(err)) {
+            LLAMA_LOG_ERROR("%s: --residency-graph step: %s (bound: --residency-worker-timeout); the step fails, and later "
+                            "decode steps compute on per-segment graphs\n", __func__, err.c_str());
+            ok = false;
+        }
+    }
+    return ok;
+}
+
 int32_t llama_model_load_residency(struct llama_model * model, const char * path_plan, uint32_t n_upload_min) {
     if (path_plan == nullptr || path_plan[0] == '\0') {
         model->residency.reset();
@@ -1351,6 +1570,64 @@ int32_t llama_model_residency_set_borrow(struct llama_model * model, const struc
     return 0;
 }
 
+int32_t llama_model_residency_set_graph(struct llama_model * model, bool step, int32_t n_threads, double timeout_ms) {
+    if (model->residency == nullptr) {
+        LLAMA_LOG_ERROR("%s: one graph per decode step needs a residency plan (its pools)\n", __func__);
+        return -1;
+    }
+    llama_residency & rsd = *model->residency;
+    rsd.hosts.clear();
+    if (!step) {
+        return 0;
+    }
+    if (n_threads < 1 || !(timeout_ms > 0.0) || !std::isfinite(timeout_ms)) {
+        LLAMA_LOG_ERROR("%s: expected at least 1 thread and a timeout > 0 ms, got %d and %g\n", __func__, n_threads, timeout_ms);
+        return -1;
+    }
+    if (rsd.policy != nullptr || rsd.timers != nullptr) {
+        LLAMA_LOG_ERROR("%s: one graph per decode step works with the static policy and without the timers only\n", __func__);
+        return -1;
+    }
+    // a channel holds one layer's cold inputs for one token (the FFN input, at most 4 activations' room, and the route
+    // ids) and its output (k expert rows)
+    const size_t n_embd = model->hparams.n_embd;
+    const size_t n_used = model->hparams.n_expert_used_max();
+    const size_t in_bytes  = 4*n_embd*sizeof(float) + 4*n_used*sizeof(int32_t) + 8*GGML_HOST_BRANCH_ALIGN;
+    const size_t out_bytes = n_embd*n_used*sizeof(float);
+    std::vector<ggml_backend_dev_t> devs;
+    for (const auto & p : rsd.pools) {
+        if (std::find(devs.begin(), devs.end(), p.dev) == devs.end()) {
+            devs.push_back(p.dev);
+        }
+    }
+    for (ggml_backend_dev_t dev : devs) {
+        auto h = std::make_unique<llama_residency_host>(dev, in_bytes, out_bytes, n_threads, timeout_ms, &rsd.borrow);
+        if (!h->ok()) {
+            LLAMA_LOG_ERROR("%s: %s: %s\n", __func__, ggml_backend_dev_name(dev), h->start_error.c_str());
+            rsd.hosts.clear();
+            return -1;
+        }
+        // the device must run the hand-over nodes itself (else the scheduler would put them on the CPU)
+        ggml_init_params ip = { 4*ggml_tensor_overhead(), nullptr, true };
+        ggml_context * c = ggml_init(ip);
+        ggml_tensor * x = ggml_new_tensor_1d(c, GGML_TYPE_F32, 16);
+        ggml_tensor * snd = ggml_host_branch_send(c, &x, 1, &h->ch, 0);
+        const bool supported = ggml_backend_dev_supports_op(dev, snd) &&
+            ggml_backend_dev_supports_op(dev, ggml_host_branch_recv(c, snd, GGML_TYPE_F32, 16, 1, 1, 1));
+        ggml_free(c);
+        if (!supported) {
+            LLAMA_LOG_ERROR("%s: %s cannot run the hand-over to a CPU worker (GGML_OP_HOST_BRANCH)\n", __func__,
+                            ggml_backend_dev_name(dev));
+            rsd.hosts.clear();
+            return -1;
+        }
+        rsd.hosts.push_back(std::move(h));
+    }
+    LLAMA_LOG_INFO("%s: decode steps compute as one graph per device: %zu resident CPU worker(s) of %d pinned threads take "
+                   "the cold routes (answer within %.0f ms)\n", __func__, rsd.hosts.size(), n_threads, timeout_ms);
+    return 0;
+}
+
 int32_t llama_model_residency_stats(const struct llama_model * model, struct llama_residency_stats * out) {
     if (model->residency == nullptr) {
         return -1;
@@ -1385,6 +1662,15 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
     out->n_borrow_bytes          = bw ? bw->n_bytes.load()          : 0;
     out->t_borrow_us             = bw ? bw->t_copy_us.load()        : 0;
     out->t_borrow_wait_us        = bw ? bw->t_wait_us.load()        : 0;
+    out->graph_step       = r.hosts.empty() ? 0 : 1;
+    out->n_graph_branches = 0;
+    out->n_graph_skipped  = 0;
+    out->t_graph_cpu_us   = 0;
+    for (const auto & h : r.hosts) {
+        out->n_graph_branches += h->n_branches.load();
+        out->n_graph_skipped  += h->n_skipped.load();
+        out->t_graph_cpu_us   += h->t_cpu_us.load();
+    }
     for (const auto & lr : r.layers) {
         out->n_resident += lr.n_resident;
     }

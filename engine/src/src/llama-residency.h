@@ -23,6 +23,7 @@ struct llama_model;
 
 #include "llama-residency-policy.h"
 #include "llama-residency-borrow.h"
+#include "llama-residency-host.h"
 #include "llama-ostinato.h"
 
 #include <deque>
@@ -116,6 +117,10 @@ struct llama_residency {
     // borrowed memory (--residency-borrow); null: off. Its thread copies into the pools' buffers: stopped first
     std::unique_ptr<llama_residency_borrow> borrow;
 
+    // one graph per decode step (--residency-graph step): a resident CPU worker per pool device; empty: off
+    std::vector<std::unique_ptr<llama_residency_host>> hosts;
+    bool graph_step_warned = false; // (logged once: a decode graph that takes per-segment graphs instead)
+
     std::vector<ggml_context *>         ctxs;
     std::vector<ggml_backend_buffer_t>  bufs;
 
@@ -158,6 +163,10 @@ void llama_residency_after_build(
   ggml_backend_sched_eval_callback cb_user,
                        void * cb_user_data);
 
+// after a graph was computed: with one graph per decode step, wait for it and check that every CPU worker answered in
+// time; false (an error logged, naming the layer and the pass) if one did not
+bool llama_residency_after_compute(const llama_residency * rsd, llm_graph_result & res, ggml_backend_sched_t sched);
+
 // the userdata of one layer's split-path CPU nodes (cold_in, hot_wait, cold_done) in one graph
 struct llama_residency_branch_node {
     ggml_backend_dev_t           dev     = nullptr; // the device of the layer's pool
@@ -173,11 +182,11 @@ struct llama_residency_branch_node {
 class llm_graph_input_residency : public llm_graph_input_i {
 public:
     llm_graph_input_residency(const llama_residency * rsd) : rsd(rsd) {}
-    virtual ~llm_graph_input_residency() = default;
 
     // a pass of a dynamic policy: counted, and logged when it computes as llama.cpp does (no cache node)
     void set_input(const llama_ubatch * ubatch) override;
-    bool can_reuse(const llm_graph_params & params) override { (void) params; return true; }
+    // (not after a CPU worker failed: the next graph takes per-segment graphs)
+    bool can_reuse(const llm_graph_params & params) override;
 
     const llama_residency * rsd;
 
@@ -196,6 +205,17 @@ public:
 
     // the split path's CPU nodes' userdata (a deque: the nodes keep pointers to its elements)
     std::deque<llama_residency_branch_node> branch_nodes;
+
+    // one graph per decode step: each worker's branches in this graph, by layer, and how many the graph sends
+    struct host_graph {
+        llama_residency_host * host = nullptr;
+        std::vector<llama_residency_host_branch *> by_layer;
+        int n_send = 0;
+    };
+    std::vector<host_graph> host_graphs;
+    std::deque<llama_residency_host_branch> host_branches;
+    ggml_context * host_ctx = nullptr; // the branches' graphs
+    ~llm_graph_input_residency() override;
 
     // set by llama_residency_after_build
     ggml_backend_sched_t sched = nullptr;

@@ -8,6 +8,13 @@
 //   sched - with a GPU, the scheduler runs a marked node on the CPU (weights in host memory, activations
 //           made on the device), and it computes what the CPU alone computes.
 //
+// GGML_OP_HOST_BRANCH (ggml-ostinato.h, one graph per decode step), on the CPU and on every other backend:
+//   branch - a graph [SEND(x, ids)] [work of the backend] [RECV] [add] computed directly by the backend (on CUDA,
+//            from the third run on, as a captured CUDA graph), four runs with new inputs, two hand-overs per run, a
+//            host thread answering each: every run gives exactly what the host and the backend computed; and a host
+//            that does not answer: the first receive records its branch in the channel's error word after the
+//            timeout, the later one returns at once, and the graph finishes.
+//
 // usage: test-residency-ops [-b <backend name>] [-v]    exit status 0 when every case passes
 
 #include "ggml.h"
@@ -16,6 +23,9 @@
 #include "ggml-cpu.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -297,6 +307,135 @@ static void test_sched(const mmid_case & c, ggml_backend_t dev_be, ggml_backend_
     ggml_free(ctx_w);
 }
 
+// branch: a host thread that answers the hand-overs of a channel: out = 2*x + ids[0], for n answers (0: none)
+static void host_answer(ggml_host_channel * ch, int n, int64_t n_x, int64_t ids_off, std::atomic<bool> * stop) {
+    int64_t last = ch->ready[0];
+    for (int done = 0; done < n && !stop->load(); ) {
+        const int64_t seq = ch->ready[0];
+        if (seq == last) {
+            std::this_thread::yield();
+            continue;
+        }
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        const float * x = (const float *) ch->buf;
+        const int32_t id0 = *(const int32_t *) (ch->buf + ids_off);
+        float * out = (float *) (ch->buf + ch->out_offset);
+        for (int64_t i = 0; i < n_x; ++i) {
+            out[i] = 2.0f*x[i] + (float) id0;
+        }
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        ch->done[0] = seq;
+        last = seq;
+        ++done;
+    }
+}
+
+static void test_branch(ggml_backend_t be, ggml_backend_dev_t dev, bool answer, result_counter & res) {
+    const int64_t n_x = 256, n_ids = 4;
+    ggml_backend_buffer_type_t buft_host = ggml_backend_dev_host_buffer_type(dev);
+    if (buft_host == nullptr) {
+        buft_host = ggml_backend_dev_buffer_type(dev);
+    }
+    ggml_backend_buffer_t buf_host = ggml_backend_buft_alloc_buffer(buft_host, 256 + 8192);
+    ggml_backend_buffer_t buf_dev  = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(dev), 256);
+    ggml_backend_buffer_clear(buf_host, 0);
+    ggml_backend_buffer_clear(buf_dev, 0);
+    char * base = (char *) ggml_backend_buffer_get_base(buf_host);
+    ggml_host_channel ch = {};
+    ch.ready = (volatile int64_t *) base;
+    ch.done  = (volatile int64_t *) (base + 64);
+    ch.error = (volatile int64_t *) (base + 128);
+    ch.counter = (int64_t *) ggml_backend_buffer_get_base(buf_dev);
+    ch.buf = base + 256;
+    ch.buf_size = 8192;
+    ch.out_offset = 4096;
+    ch.timeout_ns = answer ? 10000000000ll : 50000000ll; // 10 s; 50 ms for the host that does not answer
+
+    ggml_init_params ip = { 64*ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    ggml_context * ctx = ggml_init(ip);
+    ggml_tensor * x   = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n_x);
+    ggml_tensor * ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_ids);
+    ggml_set_input(x);
+    ggml_set_input(ids);
+    ggml_tensor * srcs[2] = { x, ids };
+    // two hand-overs per graph (two layers), with the backend's own work between SEND and RECV
+    ggml_tensor * s0  = ggml_host_branch_send(ctx, srcs, 2, &ch, 3);
+    ggml_tensor * w0  = ggml_scale(ctx, x, 3.0f);
+    ggml_tensor * r0  = ggml_host_branch_recv(ctx, s0, GGML_TYPE_F32, n_x, 1, 1, 1);
+    ggml_tensor * y0  = ggml_add(ctx, r0, w0);                        // 5x + id0
+    ggml_tensor * srcs1[2] = { y0, ids };
+    ggml_tensor * s1  = ggml_host_branch_send(ctx, srcs1, 2, &ch, 4);
+    ggml_tensor * w1  = ggml_scale(ctx, y0, 0.5f);
+    ggml_tensor * r1  = ggml_host_branch_recv(ctx, s1, GGML_TYPE_F32, n_x, 1, 1, 1);
+    ggml_tensor * out = ggml_add(ctx, r1, w1);                        // 2.5 y0 + id0
+    ggml_set_output(out);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, s0);
+    ggml_build_forward_expand(gf, w0);
+    ggml_build_forward_expand(gf, out);
+    bool supported = true;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        supported = supported && ggml_backend_supports_op(be, ggml_graph_node(gf, i));
+    }
+    ggml_backend_buffer_t buf = supported ? ggml_backend_alloc_ctx_tensors(ctx, be) : nullptr;
+    const std::string name = std::string("HOST_BRANCH(") + (answer ? "answered" : "unanswered") + "),"
+                             + ggml_backend_name(be);
+    bool ok = supported && buf != nullptr;
+    std::string detail = supported ? "" : "not supported";
+    const size_t ids_off = (ggml_nbytes(x) + GGML_HOST_BRANCH_ALIGN - 1) / GGML_HOST_BRANCH_ALIGN * GGML_HOST_BRANCH_ALIGN;
+    const int n_run = answer ? 4 : 1;
+    std::atomic<bool> stop{false};
+    std::thread host;
+    if (ok) {
+        host = std::thread(host_answer, &ch, answer ? 2*n_run : 0, n_x, (int64_t) ids_off, &stop);
+    }
+    for (int run = 0; ok && run < n_run; ++run) {
+        std::vector<float> xv(n_x);
+        for (int64_t i = 0; i < n_x; ++i) {
+            xv[i] = (float) ((i*7 + run*13) % 29) - 14.0f;
+        }
+        std::vector<int32_t> iv = { 5 + run, 1, 2, 3 };
+        ggml_backend_tensor_set(x, xv.data(), 0, ggml_nbytes(x));
+        ggml_backend_tensor_set(ids, iv.data(), 0, ggml_nbytes(ids));
+        const auto t0 = std::chrono::steady_clock::now();
+        ok = ggml_backend_graph_compute(be, gf) == GGML_STATUS_SUCCESS;
+        ggml_backend_synchronize(be);
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        std::vector<float> ov(n_x);
+        ggml_backend_tensor_get(out, ov.data(), 0, ggml_nbytes(out));
+        if (answer) {
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n_x; ++i) {
+                const float y0v = 5.0f*xv[i] + (float) iv[0];
+                bad += ov[i] != 2.5f*y0v + (float) iv[0];
+            }
+            ok = ok && bad == 0 && ch.error[0] == 0 && ch.done[0] == 2*(run + 1);
+            char b[160];
+            snprintf(b, sizeof(b), "run %d: %lld wrong values, error word %lld, answered %lld", run, (long long) bad,
+                     (long long) ch.error[0], (long long) ch.done[0]);
+            detail = b;
+        } else {
+            // the first receive times out (branch 3 recorded), the second returns at once: about one timeout in all
+            ok = ok && ch.error[0] == 3 + 1 && ch.error[1] == 1 && ms < 5000.0;
+            char b[160];
+            snprintf(b, sizeof(b), "error word %lld (expected 4: branch 3), hand-over %lld, %.0f ms", (long long) ch.error[0],
+                     (long long) ch.error[1], ms);
+            detail = b;
+        }
+    }
+    stop = true;
+    if (host.joinable()) {
+        host.join();
+    }
+    res.report("branch", name, ok, detail);
+    if (buf != nullptr) {
+        ggml_backend_buffer_free(buf);
+    }
+    ggml_free(ctx);
+    ggml_backend_buffer_free(buf_host);
+    ggml_backend_buffer_free(buf_dev);
+}
+
 static std::vector<mmid_case> make_cases() {
     std::vector<mmid_case> cases;
     const ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4, GGML_TYPE_Q4_K };
@@ -344,6 +483,11 @@ int main(int argc, char ** argv) {
             }
         }
     }
+    if (only.empty() || only == ggml_backend_name(cpu)) {
+        for (bool answer : { true, false }) {
+            test_branch(cpu, ggml_backend_get_device(cpu), answer, res);
+        }
+    }
     ggml_backend_cpu_set_n_threads(cpu, 4);
 
     int n_dev_tested = 0;
@@ -363,6 +507,9 @@ int main(int argc, char ** argv) {
         printf("Backend %s (%s):\n", ggml_backend_dev_name(dev), ggml_backend_dev_description(dev));
         for (const auto & c : cases) {
             test_sched(c, be, cpu, rng, res);
+        }
+        for (bool answer : { true, false }) {
+            test_branch(be, dev, answer, res);
         }
         ggml_backend_free(be);
         ++n_dev_tested;
