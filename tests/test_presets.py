@@ -156,8 +156,23 @@ def test_borrow_preset_takes_the_parameters_chosen_on_development_sessions():
     assert b.server_args == o.server_args + ("--residency-borrow", "256", "--residency-borrow-decay", "0.98",
                                              "--residency-borrow-margin", "0.5", "--residency-borrow-admit", "4")
     assert "development sessions" in b.description
-    with pytest.raises(ValueError, match="ostinato-borrow only"):
+    with pytest.raises(ValueError, match="apply to ostinato-borrow, ostinato-graph-borrow only"):
         preset("ostinato", budget, plan="p.json", borrow=tuned)
+    g = preset("ostinato-graph-borrow", budget, plan="p.json", upload_min=256, borrow=tuned)
+    assert g.name == "ostinato-graph-borrow" and g.server_args == (
+        preset("ostinato-graph", budget, plan="p.json", upload_min=256).server_args + b.server_args[len(o.server_args):])
+
+
+def test_graph_presets_make_decode_one_graph_per_gpu():
+    """`ostinato-graph` (Figure 8c's steps 2 and 3) adds one graph per decode step to `ostinato-overlap`, and
+    `ostinato-graph-borrow` (step 4 on it) borrowed memory to `ostinato-graph`, nothing else."""
+    budget = ExpertBudget((V4_LAYER,) * 8, 14 * GIB)
+    o = preset("ostinato-overlap", budget, plan="p.json", upload_min=256)
+    g = preset("ostinato-graph", budget, plan="p.json", upload_min=256)
+    gb = preset("ostinato-graph-borrow", budget, plan="p.json", upload_min=256)
+    assert g.server_args == o.server_args + ("--residency-graph", "step") and g.variant == "ostinato" and g.env == {}
+    assert gb.server_args == g.server_args + ("--residency-borrow", "all") and gb.env == {}
+    assert PLAN_RULES["ostinato-graph"] == PLAN_RULES["ostinato-graph-borrow"] == "frequency"
 
 
 def test_replay_cli_reads_the_borrow_tune_json(tmp_path, monkeypatch):

@@ -94,17 +94,44 @@ def _ostinato_overlap(budget: ExpertBudget, plan: str | None, upload_min: int) -
                         base.description + "; a split-path pass computes its CPU branch while its GPU branch runs")
 
 
+# the engine flag that makes a decode step one graph per GPU, its cold routes on a resident CPU worker
+# (engine/README.md, "One graph per decode step")
+GRAPH_ARGS = ("--residency-graph", "step")
+
+
+def _ostinato_graph(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
+    """Figure 8c's steps 2 and 3 together, "one graph per GPU" with "pool set up once": `ostinato-overlap` whose
+    decode steps run as one graph per GPU, handing each layer's cold routes to a CPU worker whose threads were created
+    and pinned at start-up (prefill passes as `ostinato-overlap`)."""
+    base = _ostinato_overlap(budget, plan, upload_min)
+    return EngineConfig("ostinato-graph", "ostinato", base.server_args + GRAPH_ARGS, {},
+                        base.description + "; a decode step runs as one graph per GPU, its cold routes on a resident "
+                                           "CPU worker")
+
+
 # the engine flags that lend decode the upload path's staging areas (engine/README.md, "Borrowed memory")
 BORROW_ARGS = ("--residency-borrow", "all")
 
 
 def _ostinato_borrow(budget: ExpertBudget, plan: str | None, upload_min: int,
                      flags: tuple[str, ...] = BORROW_ARGS) -> EngineConfig:
-    """Figure 8c's step 4, "+ borrowed memory", on this engine: `ostinato-overlap` with decode steps borrowing the
-    staging areas for the cold experts the CPU computes most (one graph per GPU, step 2, is not built); `flags`: the
-    borrowed memory's (default: the whole staging area, the engine's defaults)."""
+    """Figure 8c's step 4, "+ borrowed memory", on per-segment graphs: `ostinato-overlap` with decode steps borrowing
+    the staging areas for the cold experts the CPU computes most (on one graph per GPU: `ostinato-graph-borrow`);
+    `flags`: the borrowed memory's (default: the whole staging area, the engine's defaults)."""
     base = _ostinato_overlap(budget, plan, upload_min)
     return EngineConfig("ostinato-borrow", "ostinato", base.server_args + flags, {},
+                        base.description + "; decode steps also compute the cold experts the CPU used most from the "
+                                           "staging areas they borrow (upload passes take them back)"
+                        + ("" if flags == BORROW_ARGS else
+                           " (decay, margin and admissions chosen on development sessions)"))
+
+
+def _ostinato_graph_borrow(budget: ExpertBudget, plan: str | None, upload_min: int,
+                           flags: tuple[str, ...] = BORROW_ARGS) -> EngineConfig:
+    """Figure 8c's step 4 on one graph per GPU: `ostinato-graph` with decode steps borrowing the staging areas (the
+    borrowed experts join the GPU branch of the step's graph); `flags` as for `ostinato-borrow`."""
+    base = _ostinato_graph(budget, plan, upload_min)
+    return EngineConfig("ostinato-graph-borrow", "ostinato", base.server_args + flags, {},
                         base.description + "; decode steps also compute the cold experts the CPU used most from the "
                                            "staging areas they borrow (upload passes take them back)"
                         + ("" if flags == BORROW_ARGS else
@@ -165,6 +192,8 @@ PRESETS = {
     "ostinato-overlap": _ostinato_overlap,
     "ostinato-native-prefill-overlap": _ostinato_native_prefill_overlap,
     "ostinato-borrow": _ostinato_borrow,
+    "ostinato-graph": _ostinato_graph,
+    "ostinato-graph-borrow": _ostinato_graph_borrow,
     "llama.cpp-expert-cache": _expert_cache,
     "buun": _buun,
     "ktransformers-placement": _ktransformers,
@@ -176,13 +205,15 @@ PLAN_RULES = {
     "ostinato-overlap": "frequency",
     "ostinato-native-prefill-overlap": "frequency",
     "ostinato-borrow": "frequency",
+    "ostinato-graph": "frequency",
+    "ostinato-graph-borrow": "frequency",
     "llama.cpp-expert-cache": "frequency",
     "buun": "frequency",
     "ktransformers-placement": "uniform",
 }
 PLAN_PRESETS = tuple(PLAN_RULES)
 # presets with borrowed memory, whose parameters the replay takes from development sessions (residency borrow-tune)
-BORROW_PRESETS = ("ostinato-borrow",)
+BORROW_PRESETS = ("ostinato-borrow", "ostinato-graph-borrow")
 # presets whose pools a baseline's policy manages: series and tables label them "(policy, implemented here)"
 POLICY_PRESETS = ("llama.cpp-expert-cache", "buun", "ktransformers-placement")
 POLICY_SUFFIX = " (policy, implemented here)"
@@ -206,9 +237,9 @@ def preset(name: str, budget: ExpertBudget, variant: str | None = None,
            plan: str | None = None, upload_min: int = UPLOAD_MIN, borrow: dict | None = None) -> EngineConfig:
     """The named configuration for this budget; `variant`, extra flags and environment override or add.
 
-    `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by `ostinato`, `ostinato-overlap` and
-    `ostinato-borrow` only; `borrow` (parameters chosen on development sessions, `borrow_args`) by `ostinato-borrow`
-    only, whose flags it replaces (else the engine's defaults over the whole staging area).
+    `plan` is used by the presets of PLAN_PRESETS only, `upload_min` (Np) by the `ostinato` presets only; `borrow`
+    (parameters chosen on development sessions, `borrow_args`) by BORROW_PRESETS only, whose flags it replaces (else
+    the engine's defaults over the whole staging area).
     ik_llama.cpp ports llama.cpp's expert cache (the paper, Section 2): its policy is `llama.cpp-expert-cache`.
     """
     if name not in PRESETS:
@@ -216,7 +247,8 @@ def preset(name: str, budget: ExpertBudget, variant: str | None = None,
     if borrow is not None and name not in BORROW_PRESETS:
         raise ValueError(f"engine preset {name!r}: borrowed-memory parameters apply to {', '.join(BORROW_PRESETS)} only")
     if borrow is not None:
-        cfg = _ostinato_borrow(budget, plan, upload_min, borrow_args(borrow))
+        make = _ostinato_graph_borrow if name == "ostinato-graph-borrow" else _ostinato_borrow
+        cfg = make(budget, plan, upload_min, borrow_args(borrow))
     else:
         cfg = PRESETS[name](budget, plan, upload_min) if name in PLAN_PRESETS else PRESETS[name](budget)
     return EngineConfig(cfg.name, variant or cfg.variant, cfg.server_args + tuple(extra_args),

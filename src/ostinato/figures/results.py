@@ -279,19 +279,21 @@ def ablation(table: pd.DataFrame, steps: dict[str, int] | None = None) -> pd.Dat
 
 # the engine presets that stand for Figure 8c's decode steps in a sweep, with the paper's configuration they match
 # (the paper's step 1 overlaps its two branches through per-segment graphs; this engine's in-turn order is a step
-# before it; its steps 2 and 3, one graph per GPU and the pool's threads set up once, are not built, so its borrowed
-# memory stands on per-segment graphs)
+# before it; its one graph per GPU comes with the CPU worker's threads set up once, steps 2 and 3 together, and its
+# borrowed memory stands on either kind of graph)
 DECODE_STEP = {"llama.cpp-layers": (0, "layer placement"),
                "ostinato": (0, "two branches in turn, per-segment graphs"),
                "ostinato-overlap": (1, "two branches with per-segment graphs"),
-               "ostinato-borrow": (4, "borrowed memory, on per-segment graphs")}
+               "ostinato-graph": (3, "one graph per GPU, CPU pool set up once"),
+               "ostinato-borrow": (4, "borrowed memory, on per-segment graphs"),
+               "ostinato-graph-borrow": (4, "borrowed memory, on one graph per GPU")}
 
 
 def decode_steps(sweeps: dict[str, dict], table8_csv: str | Path) -> pd.DataFrame:
     """Figure 8c's decode step times: the paper's panel c (relative to its buun baseline) and, for each labelled
     sweep summary (`ostinato sweep`'s summary.json), the decode TPOT of the presets that stand for a step, per
     prefix, relative to the sweep's baseline (whole-layer placement) with its 95% interval, and the routes computed
-    on borrowed experts per step (`ostinato-borrow`)."""
+    on borrowed experts per step (`ostinato-borrow`, `ostinato-graph-borrow`)."""
     t8 = pd.read_csv(table8_csv)
     c = t8[t8["panel"] == "c"]
     rows = []

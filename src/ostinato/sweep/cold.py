@@ -67,7 +67,7 @@ def cold_routes_of(name: str, trace: RoutingTrace, shape: MoeShape, n_gpu_layers
         out["decode"] = _cache_decode_misses(name, trace, hot, *decode)
         out["decode_misses_to"] = "gpu (uploaded)" if name == "llama.cpp-expert-cache" else "cpu"
         out["prefill_served_up_to"] = CACHE_MAX_PASS if name == "llama.cpp-expert-cache" else 1
-    if name == "ostinato-borrow":
+    if name in ("ostinato-borrow", "ostinato-graph-borrow"):
         # decode steps compute some of the plan's cold routes on borrowed slots: the engine counts them (GET /residency)
         out["decode_counts"] = "the plan's cold routes, borrowed slots not subtracted"
     return out

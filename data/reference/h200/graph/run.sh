@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# H200: one graph per decode step (issue 14; engine/README.md, "One graph per decode step"), through the pipeline
+# itself (snakemake on config/h200.yaml via ../branches/run.sh), in calls of at most ten minutes on one machine:
+#   bash data/reference/h200/graph/run.sh build    # CUDA build of stock and ostinato with the op tests,
+#                                                  # test-residency-ops -v (its `branch` cases: GGML_OP_HOST_BRANCH on
+#                                                  # CUDA, captured CUDA graphs included), the engine tests of one graph
+#                                                  # per decode step on the GPU (pytest -k graph), then the model
+#   bash data/reference/h200/graph/run.sh sweep    # plain/: layers, ostinato overlapped on per-segment graphs, ostinato
+#                                                  # with one graph per decode step, and with borrowed memory too, after
+#                                                  # prefixes of 3,072 and 8,192 tokens (128, 256, 511 new tokens, then
+#                                                  # decode)
+#   bash data/reference/h200/graph/run.sh reverse  # plain2/: the same sweep in reversed engine order
+# Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
+set -euo pipefail
+part=${1:?usage: run.sh build|sweep|reverse}
+here=$(cd "$(dirname "$0")" && pwd)
+export OUT=${OUT:-$here}
+mkdir -p "$OUT"
+ENG="llama.cpp-layers, ostinato-overlap, ostinato-graph, ostinato-graph-borrow"
+sweep() {  # name, engines
+  printf 'sweep:\n  sizes: [128, 256, 511]\n  server_args: ["--load-mode", "none"]\n' > "$OUT/$1.yaml"
+  rm -rf results/sweep
+  ENGINES="$2" SWEEP_CONFIG="$OUT/$1.yaml" BUDGET=${BUDGET:-540} bash "$here/../branches/run.sh" sweep
+  mv "$OUT/sweep.tar.gz" "$OUT/$1.tar.gz"; mv "$OUT/snakemake-sweep.log" "$OUT/snakemake-$1.log"
+}
+case "$part" in
+build)
+  VARIANTS=stock,ostinato OP_TESTS=1 TESTS_K="graph or worker" TESTS_BUDGET=${TESTS_BUDGET:-150} CALL_BUDGET=580 \
+      bash "$here/../branches/run.sh" build
+  ops=$(ls -d build/engine/*/ostinato/bin | head -1)
+  timeout 120 "$ops/test-residency-ops" -v > "$OUT/test-residency-ops.txt" 2>&1 || true
+  grep -E "branch|tests passed" "$OUT/test-residency-ops.txt" | tail -8
+  ;;
+sweep) sweep plain "$ENG" ;;
+reverse) sweep plain2 "$(echo "$ENG" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')" ;;
+*) echo "unknown part $part" >&2; exit 2 ;;
+esac
