@@ -309,7 +309,7 @@ static void test_sched(const mmid_case & c, ggml_backend_t dev_be, ggml_backend_
 
 // branch: a host thread that answers the hand-overs of a channel: out = 2*x + ids[0], for n answers (0: none)
 static void host_answer(ggml_host_channel * ch, int n, int64_t n_x, int64_t ids_off, std::atomic<bool> * stop) {
-    int64_t last = ch->ready[0];
+    int64_t last = 0; // (the channel is new: reading ready[0] here could miss a hand-over made before this thread ran)
     for (int done = 0; done < n && !stop->load(); ) {
         const int64_t seq = ch->ready[0];
         if (seq == last) {

@@ -25,7 +25,7 @@ sweep() {  # name, engines
 }
 case "$part" in
 build)
-  VARIANTS=stock,ostinato OP_TESTS=1 TESTS_K="graph or worker" TESTS_BUDGET=${TESTS_BUDGET:-150} CALL_BUDGET=580 \
+  VARIANTS=stock,ostinato OP_TESTS=${OP_TESTS:-1} TESTS_K=${TESTS_K:-"graph or worker"} TESTS_BUDGET=${TESTS_BUDGET:-150} CALL_BUDGET=${CALL_BUDGET:-580} \
       bash "$here/../branches/run.sh" build
   ops=$(ls -d build/engine/*/ostinato/bin | head -1)
   timeout 120 "$ops/test-residency-ops" -v > "$OUT/test-residency-ops.txt" 2>&1 || true
