@@ -249,14 +249,15 @@ class Facts:
 
     def residency_ops(self, log_txt: str) -> pd.DataFrame:
         """The cases of a `test-residency-ops -v` log: `kind` (`cpu`: marked against unmarked nodes, with `threads`;
-        `sched`: a scheduler with `backend`), op, status and the case's parameters as columns. Lines that CUDA's
+        `sched`: a scheduler with `backend`; `branch`: GGML_OP_HOST_BRANCH on `backend`, its `case` answered or
+        unanswered), op, status and the case's parameters as columns. Lines that CUDA's
         warm-up messages split are joined first."""
         text = re.sub(r"ggml_backend_cuda_graph_compute: CUDA graph warmup (?:complete|reset)\n", "",
                       self.ld.text(log_txt))
         rows = [{"kind": kind, "op": op, "status": status, "threads": threads or None, "backend": backend or None,
-                 **self._params(params)}
+                 "case": params if "=" not in params else None, **self._params(params)}
                 for kind, op, params, threads, backend, status in re.findall(
-                    r"^\s*(cpu|sched)\s+(\w+)\((.*?)\)(?:,threads=(\d+)|,(\w+)): (OK|FAIL)", text, re.M)]
+                    r"^\s*(cpu|sched|branch)\s+(\w+)\((.*?)\)(?:,threads=(\d+)|,(\w+)): (OK|FAIL)", text, re.M)]
         if not rows:
             raise ValueError(f"{log_txt}: no test-residency-ops cases")
         return pd.DataFrame(rows)
@@ -270,6 +271,20 @@ class Facts:
         if m:
             out["total"] = int(m.group(1))
         return out
+
+    def sched_splits(self, log: str) -> dict[str, int]:
+        """The splits of the last graph a server log lists (`GGML_SCHED_DEBUG=2`, `-lv 5`): how many in all and how
+        many on the CPU, and the layers with a node `ffn_moe_host_send-*` (one graph per decode step) or `ffn_moe_cold_in-*`
+        (per-segment graphs) in it."""
+        text = self.ld.text(log)
+        if "## SPLIT #0" not in text:
+            raise ValueError(f"{log}: no scheduler listing (GGML_SCHED_DEBUG=2)")
+        graph = text.split("## SPLIT #0")[-1]
+        backends = ["CPU" if b == "CPU" else b for b in
+                    [re.match(r":\s*(\S+)", graph).group(1)] + re.findall(r"## SPLIT #\d+: (\S+)", graph)]
+        return {"splits": len(backends), "cpu_splits": sum(b == "CPU" for b in backends),
+                "host_send": len(set(re.findall(r"ffn_moe_host_send-\d+", graph))),
+                "cold_in": len(set(re.findall(r"ffn_moe_cold_in-\d+\b", graph)))}
 
     def pytest_summary(self, tests_txt: str) -> dict[str, int]:
         """The counts of pytest's last summary line in a log (`N passed, M failed, ...`)."""
