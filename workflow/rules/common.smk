@@ -23,12 +23,14 @@ ALL_CORES = workflow.resource_settings.cores or 1
 
 # Rules call `ostinato` and `papermill` through the interpreter that runs Snakemake, so `.venv/bin/snakemake` works
 # without activating the venv: every shell command starts with these two shell functions. With --sdm conda they call
-# the rule's environment, which installs the package.
+# the rule's environment, which installs the package. A notebook whose kernel did not start (a port another process
+# took: "Kernel didn't respond in 60 seconds") is run once more; the retry says so in the rule's log.
 _DEPLOY = workflow.deployment_settings
 PYTHON = "python" if _DEPLOY and DeploymentMethod.CONDA in _DEPLOY.deployment_method else sys.executable
 shell.executable("bash")
 shell.prefix(f"set -eo pipefail; ostinato() {{{{ '{PYTHON}' -m ostinato \"$@\"; }}}}; "  # braces: f-string, then
-             f"papermill() {{{{ '{PYTHON}' -m papermill \"$@\"; }}}}; ")  # Snakemake's own formatting
+             f"papermill() {{{{ '{PYTHON}' -m papermill \"$@\" || {{{{ echo 'papermill failed: running the notebook "
+             f"once more' >&2; '{PYTHON}' -m papermill \"$@\"; }}}}; }}}}; ")  # Snakemake's own formatting
 
 
 def engine_bin(variant, tool="llama-server"):
