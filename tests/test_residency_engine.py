@@ -353,7 +353,8 @@ def test_one_graph_per_decode_step_computes_bitwise_what_per_segment_graphs_comp
     plan = tmp / "plan-graph.json"
     write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 5)))
     moe = shape.moe_layers()
-    extra = ("--residency-borrow", "all") if borrow else ()
+    # the worker's threads: by default -t minus one (here 1); with borrowed memory set explicitly
+    extra = ("--residency-borrow", "all", "--residency-worker-threads", "2") if borrow else ()
     outs, stats, logs = {}, {}, {}
     for graph in ("segments", "step"):
         name = f"graph-{graph}-{borrow}"
@@ -368,12 +369,14 @@ def test_one_graph_per_decode_step_computes_bitwise_what_per_segment_graphs_comp
             outs[graph] = _complete(srv, trace, n_predict=BORROW_PREDICT)
             after = _timings(srv)
         logs[graph] = srv.log_tail(10**8)
-        stats[graph] = {k: {c: after[k][c] - before[k][c] if not isinstance(after[k][c], bool) and c not in ("slots", "active")
+        stats[graph] = {k: {c: after[k][c] - before[k][c] if not isinstance(after[k][c], bool) and c not in ("slots", "active", "threads")
                             else after[k][c] for c in after[k]} for k in ("graph", "borrow")}
     assert outs["step"]["tokens"] == outs["segments"]["tokens"]
     assert np.array_equal(_probs(outs["step"]), _probs(outs["segments"]))
     g = stats["step"]["graph"]
     assert g["step"] and not stats["segments"]["graph"]["step"] and stats["segments"]["graph"]["branches"] == 0
+    assert g["threads"] == (2 if borrow else 1) and stats["segments"]["graph"]["threads"] == 0, g
+    assert f"1 resident CPU worker(s) of {g['threads']} threads take the cold routes" in logs["step"]
     # one answer per MoE layer and decode step (the last token is not computed); the plan's first MoE layer is all
     # resident: its answers cost nothing
     assert g["branches"] == (BORROW_PREDICT - 1) * len(moe), g
@@ -434,7 +437,9 @@ def test_graph_flags_are_checked(engine_variants, tiny_model, llama_tree, tmp_pa
             ((*with_plan, "--residency-graph", "step", "--residency-policy", "decay"),
              "--residency-graph step works with --residency-policy static only"),
             ((*with_plan, "--residency-worker-timeout", "0"),
-             "--residency-worker-timeout must be a number of milliseconds > 0, got '0'")]:
+             "--residency-worker-timeout must be a number of milliseconds > 0, got '0'"),
+            ((*with_plan, "--residency-graph", "step", "--residency-worker-threads", "0"),
+             "--residency-worker-threads must be a whole number from 1 to 512, got '0'")]:
         srv = _server(engine_variants["ostinato"], tiny_model, tmp_path, "bad-graph", *args)
         with pytest.raises(ServerError):
             srv.start()

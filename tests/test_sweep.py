@@ -130,6 +130,24 @@ def test_summary_gives_the_timed_branches_and_the_borrow_costs_per_step():
     assert dec["borrow_copy_ms_per_step"] == pytest.approx(0.5) and dec["borrow_wait_ms_per_step"] == pytest.approx(0.1)
 
 
+def test_summary_gives_the_cpu_workers_time_per_decode_step():
+    """Decode rows of one graph per decode step: the worker's time over the requests' decode steps (a request of n
+    tokens computes n - 1 of them), and the share of its layers that had no cold route; rows without counters add
+    nothing."""
+    from ostinato.sweep.prefill import _graph_step
+
+    rows = _rows("base", 2.0)
+    dec = [r for r in rows if r.kind == "decode"]
+    for r, (n, branches, skipped, ms) in zip(dec, [(5, 32, 8, 4.0), (9, 64, 8, 12.0), (5, None, None, None)]):
+        r.n_output, r.worker_branches, r.worker_skipped, r.worker_ms = n, branches, skipped, ms
+    got = [r for r in summarize(rows, "base", n_resamples=200) if r["kind"] == "decode"][0]
+    assert got["worker_ms_per_step"] == pytest.approx(16.0 / 12)
+    assert got["worker_skipped_share"] == pytest.approx(16 / 96)
+    assert _graph_step(["-t", "4", "--residency-graph", "step"])
+    assert not _graph_step(["--residency-graph", "step", "--residency-graph", "segments"])
+    assert not _graph_step(["--residency-graph"]) and not _graph_step([])
+
+
 @pytest.mark.slow  # papermill starts a kernel
 def test_fig7b_notebook_runs_under_papermill(tmp_path):
     """Figure 7b on a measured summary (the committed H200 run) beside the paper: ratios to each series' baseline."""
@@ -276,3 +294,36 @@ def test_sweep_cli_with_the_engine_timers_breaks_decode_steps_down(engine_varian
     summ = {r["engine"]: r for r in json.loads((out / "summary.json").read_text())["rows"] if r["kind"] == "decode"}
     assert summ["ostinato-borrow"]["timer_steps"] == bor["timer_steps"].sum()
     assert {"borrow_copy_ms_per_step", "borrow_wait_ms_per_step", "other_ms_per_step"} <= set(summ["ostinato-borrow"])
+
+
+def test_sweep_cli_gives_the_cpu_workers_time_with_one_graph_per_decode_step(engine_variants, tiny_v4_model, llama_tree,
+                                                                             tmp_path):
+    """`ostinato sweep --engines ...,ostinato-graph`: the decode rows of one graph per decode step carry the worker's
+    counters (one answer per MoE layer and decode step), the other engine's none; the summary gives its time per step."""
+    import argparse
+    import json
+
+    import pandas as pd
+
+    from ostinato.sweep import cli as sweep_cli
+
+    parser = argparse.ArgumentParser()
+    sweep_cli.register(parser.add_subparsers(dest="group"))
+    out = tmp_path / "sweep"
+    a = parser.parse_args(["sweep", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
+                           "--variants-dir", str(engine_variants["ostinato"].parents[1]),
+                           "--engines", "ostinato-overlap,ostinato-graph", "--baseline", "ostinato-overlap",
+                           "--prefix", "64", "--sizes", "8", "--decode", "6", "--reps", "2", "--threads", "2",
+                           "--ctx", "512", "--dev-sessions", "2", "--dev-tokens", "256", "--no-progress",
+                           "--out", str(out)])
+    assert a.func(a) == 0
+    rows = pd.read_csv(out / "rows.csv")
+    assert rows["error"].isna().all(), rows["error"].dropna().tolist()
+    dec = rows[rows["kind"] == "decode"]
+    step = dec[dec["engine"] == "ostinato-graph"]
+    assert len(step) == 2 and (step["worker_branches"] > 0).all(), step
+    assert (step["worker_branches"] % (step["n_output"] - 1) == 0).all(), step  # every MoE layer of every step
+    assert (step["worker_skipped"] <= step["worker_branches"]).all() and (step["worker_ms"] > 0).all()
+    assert dec[dec["engine"] == "ostinato-overlap"]["worker_branches"].isna().all()
+    summ = {r["engine"]: r for r in json.loads((out / "summary.json").read_text())["rows"] if r["kind"] == "decode"}
+    assert summ["ostinato-graph"]["worker_ms_per_step"] > 0 and "worker_ms_per_step" not in summ["ostinato-overlap"]

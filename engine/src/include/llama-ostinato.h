@@ -171,6 +171,7 @@ extern "C" {
         int64_t  t_borrow_us;          // the background thread's copy time
         int64_t  t_borrow_wait_us;     // time token boundaries waited for copies not yet done
         int32_t  graph_step;           // one graph per decode step is on (llama_model_residency_set_graph)
+        int32_t  n_graph_threads;      // each CPU worker's threads (0: off)
         uint64_t n_graph_branches;     // layers of decode steps whose cold routes a CPU worker answered
         uint64_t n_graph_skipped;      // of which every route was resident (the worker computed nothing)
         int64_t  t_graph_cpu_us;       // the workers' time on them

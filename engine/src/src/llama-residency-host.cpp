@@ -154,6 +154,7 @@ void llama_residency_host::run() {
                 }
             }
             tpp.strict_cpu = true;
+            pinned = true;
         }
 #endif
         tp  = tp_new(&tpp);

@@ -33,7 +33,8 @@ struct llama_residency_host_branch {
 
 struct llama_residency_host {
     // dev: the device whose graphs send (its pools' device); in_bytes/out_bytes: the channel's room for one layer's
-    // inputs and output; n_threads: the pool's threads (pinned to cores 0..n_threads-1)
+    // inputs and output; n_threads: the pool's threads (pinned to the first n_threads cores
+    // this process may use, where it may use as many)
     llama_residency_host(ggml_backend_dev_t dev, size_t in_bytes, size_t out_bytes, int n_threads, double timeout_ms,
                          const std::unique_ptr<llama_residency_borrow> * borrow);
     ~llama_residency_host();
@@ -48,6 +49,7 @@ struct llama_residency_host {
     ggml_backend_dev_t dev = nullptr;
     ggml_host_channel  ch  = {};
     int                n_threads  = 1;
+    bool               pinned     = false; // its threads are pinned to the first n_threads cores the process may use
     double             timeout_ms = 0.0;
 
     // counters (llama_model_residency_stats)

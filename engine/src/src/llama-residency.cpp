@@ -1570,6 +1570,19 @@ int32_t llama_model_residency_set_borrow(struct llama_model * model, const struc
     return 0;
 }
 
+// whether the CPU backend was built with a feature (its "name = 1" in the system info), e.g. OPENMP
+static bool residency_cpu_feature(const char * name) {
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    ggml_backend_reg_t reg = cpu ? ggml_backend_dev_backend_reg(cpu) : nullptr;
+    auto * get = reg ? (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features") : nullptr;
+    for (ggml_backend_feature * f = get ? get(reg) : nullptr; f != nullptr && f->name != nullptr; ++f) {
+        if (strcmp(f->name, name) == 0) {
+            return strcmp(f->value, "0") != 0;
+        }
+    }
+    return false;
+}
+
 int32_t llama_model_residency_set_graph(struct llama_model * model, bool step, int32_t n_threads, double timeout_ms) {
     if (model->residency == nullptr) {
         LLAMA_LOG_ERROR("%s: one graph per decode step needs a residency plan (its pools)\n", __func__);
@@ -1623,8 +1636,13 @@ int32_t llama_model_residency_set_graph(struct llama_model * model, bool step, i
         }
         rsd.hosts.push_back(std::move(h));
     }
-    LLAMA_LOG_INFO("%s: decode steps compute as one graph per device: %zu resident CPU worker(s) of %d pinned threads take "
-                   "the cold routes (answer within %.0f ms)\n", __func__, rsd.hosts.size(), n_threads, timeout_ms);
+    // an OpenMP build of the CPU backend computes a graph on an OpenMP team that ggml places on the cores at each
+    // graph (ggml's own thread pool creates and places its threads once, here)
+    const bool omp = residency_cpu_feature("OPENMP");
+    LLAMA_LOG_INFO("%s: decode steps compute as one graph per device: %zu resident CPU worker(s) of %d threads take "
+                   "the cold routes, %s (answer within %.0f ms)\n", __func__, rsd.hosts.size(), n_threads,
+                   !rsd.hosts.front()->pinned ? "not pinned (this process may use fewer cores)" :
+                   omp ? "pinned to the first cores at each graph (an OpenMP build)" : "pinned to the first cores", timeout_ms);
     return 0;
 }
 
@@ -1663,6 +1681,7 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
     out->t_borrow_us             = bw ? bw->t_copy_us.load()        : 0;
     out->t_borrow_wait_us        = bw ? bw->t_wait_us.load()        : 0;
     out->graph_step       = r.hosts.empty() ? 0 : 1;
+    out->n_graph_threads  = r.hosts.empty() ? 0 : r.hosts.front()->n_threads;
     out->n_graph_branches = 0;
     out->n_graph_skipped  = 0;
     out->t_graph_cpu_us   = 0;

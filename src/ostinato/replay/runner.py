@@ -241,13 +241,18 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
 BORROW_DELTAS = ("steps", "steps_hit", "hits", "cpu_routes", "admissions", "evictions", "reclaimed")
 
 
-def borrow_counters(server: Server) -> dict | None:
-    """The server's borrowed-memory counters (GET /residency's `borrow`), None when it serves none or fails."""
+def residency_counters(server: Server, block: str) -> dict | None:
+    """One block of the server's GET /residency counters (`borrow`, `graph`), None when it serves none or fails."""
     try:
         r = server.client.get(f"{server.base_url}/residency", timeout=30)
     except httpx.TransportError:
         return None
-    return r.json().get("borrow") if r.status_code == 200 else None
+    return r.json().get(block) if r.status_code == 200 else None
+
+
+def borrow_counters(server: Server) -> dict | None:
+    """The server's borrowed-memory counters (GET /residency's `borrow`), None when it serves none or fails."""
+    return residency_counters(server, "borrow")
 
 
 def trace_path(directory: Path, session_id: str) -> Path:

@@ -21,7 +21,7 @@ from ostinato.atomic import atomic_open
 from ostinato.presets import EngineConfig
 from ostinato.server.client import (RequestInput, RequestOutput, decode_step_timings, erase_slot, residency_timings,
                                     send_completion)
-from ostinato.replay.runner import borrow_counters
+from ostinato.replay.runner import borrow_counters, residency_counters
 from ostinato.server.launcher import LlamaServer, ServerConfig
 
 
@@ -92,6 +92,11 @@ class BenchRow:
     cpu_ms_step: float | None = None
     branch_bound_ms_step: float | None = None
     cold_routes_step: float | None = None
+    # one graph per decode step (engines started with --residency-graph step; decode rows): the GET /residency `graph`
+    # counters over the request: layers the CPU worker answered, of which all routes were resident, and its time (ms)
+    worker_branches: int | None = None
+    worker_skipped: int | None = None
+    worker_ms: float | None = None
 
 
 def _row(engine: str, rep: int, kind: str, prefix: int, n_new: int, out: RequestOutput) -> BenchRow:
@@ -111,6 +116,20 @@ def _with_borrow(row: BenchRow, before: dict | None, after: dict | None) -> Benc
         row.borrow_copy_ms = after["ms"] - before["ms"]
         row.borrow_wait_ms = after["wait_ms"] - before["wait_ms"]
     return row
+
+
+def _with_worker(row: BenchRow, before: dict | None, after: dict | None) -> BenchRow:
+    if before is not None and after is not None:
+        row.worker_branches = after["branches"] - before["branches"]
+        row.worker_skipped = after["skipped"] - before["skipped"]
+        row.worker_ms = after["cpu_ms"] - before["cpu_ms"]
+    return row
+
+
+def _graph_step(args: list[str]) -> bool:
+    """Whether server arguments ask for one graph per decode step (the last --residency-graph wins)."""
+    values = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--residency-graph"]
+    return bool(values) and values[-1] == "step"
 
 
 def decode_step_breakdown(timings: list[dict]) -> dict | None:
@@ -148,6 +167,7 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
     rows: list[BenchRow] = []
     borrows = "--residency-borrow" in (*run.config.server_args, *run.extra_args)
     timed = "--residency-timers" in (*run.config.server_args, *run.extra_args)
+    stepped = _graph_step([*run.config.server_args, *run.extra_args])
 
     def timings_since(after: int) -> tuple[list[dict], int]:
         # the timings of the passes after `after` (the engine keeps the last 262,144 layer passes), and the newest pass
@@ -172,11 +192,13 @@ def run_engine(run: EngineRun, model: Path, plan: BenchPlan, log_dir: Path, star
                     # after the largest size (cached when it was the last one sent): decode positions follow it
                     n = max(plan.sizes)
                     before = borrow_counters(srv) if borrows else None
+                    w_before = residency_counters(srv, "graph") if stepped else None
                     seen = timings_since(seen)[1] if timed else seen
                     out = send_completion(srv.client, srv.base_url,
                                           RequestInput(tuple(head + new[n]), plan.n_decode, tuple(forced)))
                     after = borrow_counters(srv) if borrows else None
                     row = _with_borrow(_row(run.config.name, rep, "decode", p, n, out), before, after)
+                    row = _with_worker(row, w_before, residency_counters(srv, "graph") if stepped else None)
                     if timed:
                         got, seen = timings_since(seen)
                         for k, v in (decode_step_breakdown(got) or {}).items():
@@ -261,6 +283,14 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
                             "branch_bound_ms_per_step": mean("branch_bound_ms_step"),
                             "cold_routes_per_step": mean("cold_routes_step")})
                 rec["other_ms_per_step"] = rec["median_s"] * 1e3 - rec["gpu_ms_per_step"] - rec["cpu_ms_per_step"]
+            w = [r for r in rows if r.engine == e and r.kind == kind == "decode" and r.prefix == p and not r.error
+                 and r.worker_branches and r.n_output > 1]
+            if w:
+                # one graph per decode step: the CPU worker's time per decode step (each step computes one token; the
+                # request's last token is not computed), and the share of its layers whose routes were all resident
+                steps = sum(r.n_output - 1 for r in w)
+                rec.update({"worker_ms_per_step": sum(r.worker_ms for r in w) / steps,
+                            "worker_skipped_share": sum(r.worker_skipped for r in w) / sum(r.worker_branches for r in w)})
             if base.size and e != baseline and x.size == base.size:
                 ratio = float(np.mean(x) / np.mean(base))
                 lo = hi = float("nan")
