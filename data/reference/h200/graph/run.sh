@@ -10,15 +10,20 @@
 #                                                  # prefixes of 3,072 and 8,192 tokens (128, 256, 511 new tokens, then
 #                                                  # decode)
 #   bash data/reference/h200/graph/run.sh reverse  # plain2/: the same sweep in reversed engine order
+#   bash data/reference/h200/graph/run.sh threads  # threads16/: ostinato-overlap and ostinato-graph with the worker on
+#                                                  # every core (--residency-worker-threads 16, the first sweep's
+#                                                  # worker), against the default of one thread fewer than -t
+# A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too),
+# and the next calls right after it (the machine is given back 30 s after a call).
 # Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|reverse}
+part=${1:?usage: run.sh build|sweep|reverse|threads}
 here=$(cd "$(dirname "$0")" && pwd)
 export OUT=${OUT:-$here}
 mkdir -p "$OUT"
 ENG="llama.cpp-layers, ostinato-overlap, ostinato-graph, ostinato-graph-borrow"
-sweep() {  # name, engines
-  printf 'sweep:\n  sizes: [128, 256, 511]\n  server_args: ["--load-mode", "none"]\n' > "$OUT/$1.yaml"
+sweep() {  # name, engines[, more server arguments, quoted and comma-separated]
+  printf 'sweep:\n  sizes: [128, 256, 511]\n  server_args: ["--load-mode", "none"%s]\n' "${3:+, $3}" > "$OUT/$1.yaml"
   rm -rf results/sweep
   ENGINES="$2" SWEEP_CONFIG="$OUT/$1.yaml" BUDGET=${BUDGET:-540} bash "$here/../branches/run.sh" sweep
   mv "$OUT/sweep.tar.gz" "$OUT/$1.tar.gz"; mv "$OUT/snakemake-sweep.log" "$OUT/snakemake-$1.log"
@@ -32,6 +37,7 @@ build)
   grep -E "branch|tests passed" "$OUT/test-residency-ops.txt" | tail -8
   ;;
 sweep) sweep plain "$ENG" ;;
+threads) sweep threads16 "ostinato-overlap, ostinato-graph" '"--residency-worker-threads", "16"' ;;
 reverse) sweep plain2 "$(echo "$ENG" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')" ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
