@@ -27,8 +27,8 @@
 # what the size-dependent prefill paths change on their own (the paper's screening panel, steps 3 → 4: prefill −47%
 # with decode unchanged) for every series that has both configurations, and the decode steps of panel (c): the
 # paper's beside the decode TPOT of the engine presets that stand for them in the shipped H200 sweeps (branches in
-# turn, overlapped, and borrowed memory with the routes it computed per step; one graph per GPU, `ostinato-graph`, where a
-# sweep has it: none of the shipped ones yet). The paper's screening panel (a) and
+# turn, overlapped, and borrowed memory with the routes it computed per step; one graph per GPU, `ostinato-graph` and
+# `ostinato-graph-borrow`, in the graph sweep). The paper's screening panel (a) and
 # panel (c) are also listed as the paper gives them. Writes `tables/<stem>.{csv,md}` (panel b),
 # `tables/<stem>_prefill_paths.{csv,md}`, `tables/<stem>_decode_steps.{csv,md}`, `tables/<stem>_paper_ac.{csv,md}`
 # and `figures/<stem>.{pdf,png}`.

@@ -388,7 +388,9 @@ def test_result_notebooks_render_under_papermill(tmp_path):
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
               "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/branches/sweep/summary.json"),
                                 "measured (h200, reference, borrowed memory)":
-                                    str(REPO / "data/reference/h200/borrow/thread/sweep/summary.json")}}
+                                    str(REPO / "data/reference/h200/borrow/thread/sweep/summary.json"),
+                                "measured (h200, reference, one graph per step)":
+                                    str(REPO / "data/reference/h200/graph/sweep/plain/summary.json")}}
     fit = {"n_moe_layer": 2, "k": 2, "tpot_ms": {"0": 5.0, "1": 5.6, "2": 6.0}, "beta_ms": 0.1,
            "alpha_minus_gamma0_ms": 0.2, "decode_fit_residual_ms": 0.0, "cpu_route_ms": 0.1,
            "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}
@@ -440,10 +442,15 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     assert (t3.loc[t3["role"] == "speed", "series"] != "measured (vm)").all() and (t3["series"] == "paper").any()
     assert "measured (vm)" not in set(pd.read_csv(tmp_path / "cpu_tables" / "fig1.csv")["series"])
     d8 = pd.read_csv(tmp_path / "tables" / "table8_decode_steps.csv")
-    assert set(d8["series"]) == {"paper", "measured (h200, reference)", "measured (h200, reference, borrowed memory)"}
+    assert set(d8["series"]) == {"paper", "measured (h200, reference)", "measured (h200, reference, borrowed memory)",
+                                 "measured (h200, reference, one graph per step)"}
     assert set(d8.loc[d8["series"] != "paper", "prefix"]) == {3072, 8192}
     borrowed = d8[d8["engine"].str.startswith("ostinato-borrow")]
     assert (borrowed["step"] == 4).all() and len(borrowed) == 2 and (borrowed["borrow_hits_per_step"] > 0).all()
+    graph = d8[d8["series"] == "measured (h200, reference, one graph per step)"].set_index(["prefix", "engine"])["step"]
+    assert len(graph) == 8 and all(graph[p, "ostinato-graph: one graph per GPU, CPU pool set up once"] == 3
+                                   and graph[p, "ostinato-graph-borrow: borrowed memory, on one graph per GPU"] == 4
+                                   for p in (3072, 8192)), graph
     pred = pd.read_csv(tmp_path / "tables" / "predicted.csv")
     assert pred[pred["series"] == "simulated (test calibration)"]["predicted_ms"].notna().sum() == 2
     cal = pd.read_csv(tmp_path / "tables" / "calibrate.csv").set_index("series")
