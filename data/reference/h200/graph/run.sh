@@ -13,11 +13,14 @@
 #   bash data/reference/h200/graph/run.sh threads  # threads16/: ostinato-overlap and ostinato-graph with the worker on
 #                                                  # every core (--residency-worker-threads 16, the first sweep's
 #                                                  # worker), against the default of one thread fewer than -t
+#   bash data/reference/h200/graph/run.sh passive  # passive/: the same two engines with OMP_WAIT_POLICY=passive (the
+#                                                  # decode step's own CPU splits, e.g. deepseek4's lightning indexer,
+#                                                  # leave an OpenMP team that spins beside the worker's threads)
 # A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too),
 # and the next calls right after it (the machine is given back 30 s after a call).
 # Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|reverse|threads}
+part=${1:?usage: run.sh build|sweep|reverse|threads|passive}
 here=$(cd "$(dirname "$0")" && pwd)
 export OUT=${OUT:-$here}
 mkdir -p "$OUT"
@@ -37,6 +40,7 @@ build)
   grep -E "branch|tests passed" "$OUT/test-residency-ops.txt" | tail -8
   ;;
 sweep) sweep plain "$ENG" ;;
+passive) OMP_WAIT_POLICY=passive sweep passive "ostinato-overlap, ostinato-graph" ;;
 threads) sweep threads16 "ostinato-overlap, ostinato-graph" '"--residency-worker-threads", "16"' ;;
 reverse) sweep plain2 "$(echo "$ENG" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')" ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
