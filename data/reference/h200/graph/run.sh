@@ -16,11 +16,16 @@
 #   bash data/reference/h200/graph/run.sh passive  # passive/: the same two engines with OMP_WAIT_POLICY=passive (the
 #                                                  # decode step's own CPU splits, e.g. deepseek4's lightning indexer,
 #                                                  # leave an OpenMP team that spins beside the worker's threads)
-# A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too),
-# and the next calls right after it (the machine is given back 30 s after a call).
+#   bash data/reference/h200/graph/run.sh fusion   # fusion/: the qwen3moe case of the bitwise test of one graph per
+#                                                  # step against per-segment graphs, as built and with CUDA's fusions
+#                                                  # off (GGML_CUDA_DISABLE_FUSION=1), the server logs kept; it needs
+#                                                  # the build with the op tests (the default: the engine tests'
+#                                                  # fixture builds them otherwise, past the call's ten minutes)
+# A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too).
+# Each next call right after the last (the machine is given back 30 s after a call).
 # Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|reverse|threads|passive}
+part=${1:?usage: run.sh build|sweep|reverse|threads|passive|fusion}
 here=$(cd "$(dirname "$0")" && pwd)
 export OUT=${OUT:-$here}
 mkdir -p "$OUT"
@@ -40,6 +45,19 @@ build)
   grep -E "branch|tests passed" "$OUT/test-residency-ops.txt" | tail -8
   ;;
 sweep) sweep plain "$ENG" ;;
+fusion)
+  mkdir -p "$OUT/fusion"
+  for off in 0 1; do
+    rm -rf /tmp/ptest-fusion
+    GGML_CUDA_DISABLE_FUSION=$off OSTINATO_ENGINE_BACKEND=cuda PYTHONPATH="$PWD/src:/tmp/site" timeout 200 python3 -m pytest -q \
+        -p no:cacheprovider --basetemp=/tmp/ptest-fusion -k "one_graph_per_decode_step and qwen3moe" \
+        tests/test_residency_engine.py > "$OUT/fusion/tests-disable-$off.txt" 2>&1 || true
+    tail -3 "$OUT/fusion/tests-disable-$off.txt"
+    for f in /tmp/ptest-fusion/*/server-graph-*.log; do
+      [ -f "$f" ] && gzip -c "$f" > "$OUT/fusion/disable-$off-$(basename "$f").gz"
+    done
+  done
+  ;;
 passive) OMP_WAIT_POLICY=passive sweep passive "ostinato-overlap, ostinato-graph" ;;
 threads) sweep threads16 "ostinato-overlap, ostinato-graph" '"--residency-worker-threads", "16"' ;;
 reverse) sweep plain2 "$(echo "$ENG" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')" ;;
