@@ -140,8 +140,10 @@ def test_summary_gives_the_cpu_workers_time_per_decode_step():
     dec = [r for r in rows if r.kind == "decode"]
     for r, (n, branches, skipped, ms) in zip(dec, [(5, 32, 8, 4.0), (9, 64, 8, 12.0), (5, None, None, None)]):
         r.n_output, r.worker_branches, r.worker_skipped, r.worker_ms = n, branches, skipped, ms
+        r.worker_wait_ms = None if ms is None else ms / 2
     got = [r for r in summarize(rows, "base", n_resamples=200) if r["kind"] == "decode"][0]
     assert got["worker_ms_per_step"] == pytest.approx(16.0 / 12)
+    assert got["worker_wait_ms_per_step"] == pytest.approx(8.0 / 12)
     assert got["worker_skipped_share"] == pytest.approx(16 / 96)
     assert _graph_step(["-t", "4", "--residency-graph", "step"])
     assert not _graph_step(["--residency-graph", "step", "--residency-graph", "segments"])
@@ -324,6 +326,7 @@ def test_sweep_cli_gives_the_cpu_workers_time_with_one_graph_per_decode_step(eng
     assert len(step) == 2 and (step["worker_branches"] > 0).all(), step
     assert (step["worker_branches"] % (step["n_output"] - 1) == 0).all(), step  # every MoE layer of every step
     assert (step["worker_skipped"] <= step["worker_branches"]).all() and (step["worker_ms"] > 0).all()
+    assert (step["worker_wait_ms"] >= 0).all(), step
     assert dec[dec["engine"] == "ostinato-overlap"]["worker_branches"].isna().all()
     summ = {r["engine"]: r for r in json.loads((out / "summary.json").read_text())["rows"] if r["kind"] == "decode"}
     assert summ["ostinato-graph"]["worker_ms_per_step"] > 0 and "worker_ms_per_step" not in summ["ostinato-overlap"]

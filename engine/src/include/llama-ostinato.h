@@ -175,6 +175,7 @@ extern "C" {
         uint64_t n_graph_branches;     // layers of decode steps whose cold routes a CPU worker answered
         uint64_t n_graph_skipped;      // of which every route was resident (the worker computed nothing)
         int64_t  t_graph_cpu_us;       // the workers' time on them
+        int64_t  t_graph_wait_us;      // the devices' waits for the workers' answers (their clocks)
     };
 
     // statistics of the model's pools since the plan was loaded; -1 if no plan is loaded

@@ -54,6 +54,7 @@ llama_residency_host::llama_residency_host(ggml_backend_dev_t dev, size_t in_byt
     ch.ready      = (volatile int64_t *) (base + 0);
     ch.done       = (volatile int64_t *) (base + 64);
     ch.error      = (volatile int64_t *) (base + 128);
+    ch.waited     = (volatile int64_t *) (base + 192);
     ch.counter    = (int64_t *) ggml_backend_buffer_get_base(buf_dev);
     ch.buf        = base + k_flags_bytes;
     ch.buf_size   = buf_size;

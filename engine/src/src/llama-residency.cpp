@@ -1685,10 +1685,12 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
     out->n_graph_branches = 0;
     out->n_graph_skipped  = 0;
     out->t_graph_cpu_us   = 0;
+    out->t_graph_wait_us  = 0;
     for (const auto & h : r.hosts) {
         out->n_graph_branches += h->n_branches.load();
         out->n_graph_skipped  += h->n_skipped.load();
         out->t_graph_cpu_us   += h->t_cpu_us.load();
+        out->t_graph_wait_us  += h->ch.waited[0] / 1000;
     }
     for (const auto & lr : r.layers) {
         out->n_resident += lr.n_resident;

@@ -93,10 +93,12 @@ class BenchRow:
     branch_bound_ms_step: float | None = None
     cold_routes_step: float | None = None
     # one graph per decode step (engines started with --residency-graph step; decode rows): the GET /residency `graph`
-    # counters over the request: layers the CPU worker answered, of which all routes were resident, and its time (ms)
+    # counters over the request: layers the CPU worker answered, of which all routes were resident, its time, and the
+    # device's waits for its answers (ms, the device's clock)
     worker_branches: int | None = None
     worker_skipped: int | None = None
     worker_ms: float | None = None
+    worker_wait_ms: float | None = None
 
 
 def _row(engine: str, rep: int, kind: str, prefix: int, n_new: int, out: RequestOutput) -> BenchRow:
@@ -123,6 +125,7 @@ def _with_worker(row: BenchRow, before: dict | None, after: dict | None) -> Benc
         row.worker_branches = after["branches"] - before["branches"]
         row.worker_skipped = after["skipped"] - before["skipped"]
         row.worker_ms = after["cpu_ms"] - before["cpu_ms"]
+        row.worker_wait_ms = after["wait_ms"] - before["wait_ms"]
     return row
 
 
@@ -287,10 +290,13 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
                  and r.worker_branches and r.n_output > 1]
             if w:
                 # one graph per decode step: the CPU worker's time per decode step (each step computes one token; the
-                # request's last token is not computed), and the share of its layers whose routes were all resident
+                # request's last token is not computed), the device's waits for it, and the share of its layers whose
+                # routes were all resident
                 steps = sum(r.n_output - 1 for r in w)
                 rec.update({"worker_ms_per_step": sum(r.worker_ms for r in w) / steps,
                             "worker_skipped_share": sum(r.worker_skipped for r in w) / sum(r.worker_branches for r in w)})
+                if all(r.worker_wait_ms is not None for r in w):
+                    rec["worker_wait_ms_per_step"] = sum(r.worker_wait_ms for r in w) / steps
             if base.size and e != baseline and x.size == base.size:
                 ratio = float(np.mean(x) / np.mean(base))
                 lo = hi = float("nan")

@@ -35,6 +35,8 @@ struct ggml_host_channel {
     volatile int64_t * ready;   // [0] sequence number of the last send, [1] its branch
     volatile int64_t * done;    // [0] the last sequence number the worker answered
     volatile int64_t * error;   // [0] branch + 1 of a receive that timed out (0: none), [1] its sequence number
+    volatile int64_t * waited;  // [0] nanoseconds the receives waited for the worker, by the device's clock, summed
+                                // (NULL: not counted)
     int64_t          * counter; // the device's copy of the last sequence number sent
     char             * buf;     // the sends' sources, then the result at out_offset
     size_t             buf_size;

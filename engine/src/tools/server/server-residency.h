@@ -51,7 +51,8 @@ inline server_http_res_ptr ostinato_residency_response(llama_context * ctx, cons
                     {"cpu_routes", st.n_borrow_cpu_routes}, {"bytes", st.n_borrow_bytes},
                     {"ms", st.t_borrow_us / 1e3}, {"wait_ms", st.t_borrow_wait_us / 1e3}}},
         {"graph", {{"step", st.graph_step != 0}, {"threads", st.n_graph_threads}, {"branches", st.n_graph_branches},
-                   {"skipped", st.n_graph_skipped}, {"cpu_ms", st.t_graph_cpu_us / 1e3}}},
+                   {"skipped", st.n_graph_skipped}, {"cpu_ms", st.t_graph_cpu_us / 1e3},
+                   {"wait_ms", st.t_graph_wait_us / 1e3}}},
     };
     // without timers (n_max 0 answers -1) nothing is allocated; with them, room for as many as the engine keeps
     const bool timers = llama_model_residency_timings(model, (uint64_t) after, nullptr, 0) >= 0;

@@ -2,7 +2,8 @@
 // SEND: the sources go to the channel's pinned host buffer (asynchronous copies), then one thread raises the
 // sequence number in device memory and publishes it to the host. RECV: one thread waits, on the GPU, until the host
 // worker has answered that number (volatile reads of pinned host memory, __nanosleep between them; at most
-// timeout_ns by the GPU's global timer, after which it records the branch in the channel's error word), then the
+// timeout_ns by the GPU's global timer, after which it records the branch in the channel's error word; the time it
+// waited is added to the channel's `waited`), then the
 // result is copied from the host buffer. Everything between the two nodes runs while the host computes.
 #include "host-branch.cuh"
 
@@ -24,7 +25,7 @@ static __global__ void host_branch_signal(int64_t * counter, volatile int64_t * 
 }
 
 static __global__ void host_branch_wait(const int64_t * counter, volatile int64_t * done, volatile int64_t * error,
-                                        const int64_t branch, const int64_t timeout_ns) {
+                                        volatile int64_t * waited, const int64_t branch, const int64_t timeout_ns) {
     const int64_t  seq = *counter;
     const uint64_t t0  = host_branch_globaltimer();
     while (done[0] < seq && error[0] == 0) { // (after one receive timed out, the graph's others do not wait)
@@ -37,6 +38,9 @@ static __global__ void host_branch_wait(const int64_t * counter, volatile int64_
 #if __CUDA_ARCH__ >= GGML_CUDA_CC_VOLTA
         __nanosleep(200);
 #endif
+    }
+    if (waited != nullptr) {
+        waited[0] += (int64_t) (host_branch_globaltimer() - t0);
     }
     __threadfence_system();
 }
@@ -67,7 +71,8 @@ void ggml_cuda_op_host_branch(ggml_backend_cuda_context & ctx, ggml_tensor * dst
         return;
     }
     host_branch_wait<<<1, 1, 0, stream>>>(ch->counter, host_branch_dev_ptr(ch->done), host_branch_dev_ptr(ch->error),
-                                          branch, ch->timeout_ns);
+                                          ch->waited != nullptr ? host_branch_dev_ptr(ch->waited) : nullptr, branch,
+                                          ch->timeout_ns);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaMemcpyAsync(dst->data, ch->buf + ch->out_offset, ggml_nbytes(dst), cudaMemcpyHostToDevice, stream));
 }
