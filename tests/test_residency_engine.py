@@ -427,7 +427,7 @@ def test_a_cpu_worker_that_answers_late_fails_the_step_with_an_error_naming_the_
 def test_the_device_counts_its_waits_for_a_slow_worker(engine_variants, model_case):
     """A worker slowed to 3 ms per answer (OSTINATO_TEST_WORKER_STALL_MS) within the timeout: the step succeeds, its
     tokens are those of per-segment graphs, and GET /residency's `graph` counts the worker's time and the device's waits
-    for its answers, each at least most of the stall for every layer answered (the device's own work between a SEND and
+    for its answers, each at least half the stall for every layer answered (the device's own work between a SEND and
     its RECV takes a small part of that)."""
     model, shape, trace, ref, tmp = model_case
     plan = tmp / "plan-wait.json"
@@ -444,7 +444,8 @@ def test_the_device_counts_its_waits_for_a_slow_worker(engine_variants, model_ca
     n = after["branches"] - before["branches"]
     assert out["tokens"] == ref["tokens"] and n > 0, (n, out["tokens"], ref["tokens"])
     assert after["cpu_ms"] - before["cpu_ms"] >= 0.95 * 3 * n, (before, after)
-    assert 0.5 * 3 * n <= after["wait_ms"] - before["wait_ms"] <= after["cpu_ms"] - before["cpu_ms"] + 50, (before, after)
+    # (no upper bound: a receive notices the answer when its thread runs, which on a loaded machine comes later)
+    assert after["wait_ms"] - before["wait_ms"] >= 0.5 * 3 * n, (before, after)
 
 
 def test_graph_flags_are_checked(engine_variants, tiny_model, llama_tree, tmp_path):
