@@ -257,13 +257,10 @@ def test_sweep_cli_after_two_prefixes_on_the_cpu_build(engine_variants, tiny_v4_
         b.func(b)
 
 
-@pytest.mark.slow  # two servers on the CPU build
-def test_sweep_cli_with_the_engine_timers_breaks_decode_steps_down(engine_variants, tiny_v4_model, llama_tree, tmp_path):
-    """`ostinato sweep --server-arg --residency-timers`: each decode row has the engine's timings of its decode steps
-    (one per generated token after the first pass) and, with borrowed memory, its copies and waits; the summary gives
-    them per step."""
+def _run_sweep_cli(engine_variants, model, llama_tree, out, engines: str, *extra: str):
+    """`ostinato sweep` on a tiny model, short and two rounds, `engines` against the first; its rows (all without
+    error)."""
     import argparse
-    import json
 
     import pandas as pd
 
@@ -271,16 +268,28 @@ def test_sweep_cli_with_the_engine_timers_breaks_decode_steps_down(engine_varian
 
     parser = argparse.ArgumentParser()
     sweep_cli.register(parser.add_subparsers(dest="group"))
-    out = tmp_path / "sweep"
-    a = parser.parse_args(["sweep", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
+    a = parser.parse_args(["sweep", "--model", str(model), "--llama-tree", str(llama_tree),
                            "--variants-dir", str(engine_variants["ostinato"].parents[1]),
-                           "--engines", "ostinato-overlap,ostinato-borrow", "--baseline", "ostinato-overlap",
+                           "--engines", engines, "--baseline", engines.split(",")[0],
                            "--prefix", "64", "--sizes", "8", "--decode", "6", "--reps", "2", "--threads", "2",
                            "--ctx", "512", "--dev-sessions", "2", "--dev-tokens", "256", "--no-progress",
-                           "--server-arg=--residency-timers", "--out", str(out)])
+                           *extra, "--out", str(out)])
     assert a.func(a) == 0
     rows = pd.read_csv(out / "rows.csv")
     assert rows["error"].isna().all(), rows["error"].dropna().tolist()
+    return rows
+
+
+@pytest.mark.slow  # two servers on the CPU build
+def test_sweep_cli_with_the_engine_timers_breaks_decode_steps_down(engine_variants, tiny_v4_model, llama_tree, tmp_path):
+    """`ostinato sweep --server-arg --residency-timers`: each decode row has the engine's timings of its decode steps
+    (one per generated token after the first pass) and, with borrowed memory, its copies and waits; the summary gives
+    them per step."""
+    import json
+
+    out = tmp_path / "sweep"
+    rows = _run_sweep_cli(engine_variants, tiny_v4_model, llama_tree, out, "ostinato-overlap,ostinato-borrow",
+                          "--server-arg=--residency-timers")
     dec = rows[rows["kind"] == "decode"]
     assert len(dec) == 4 and dec["timer_steps"].isin([5, 6]).all(), dec
     assert (dec["cpu_ms_step"] > 0).all() and (dec["gpu_ms_step"] > 0).all()
@@ -302,25 +311,10 @@ def test_sweep_cli_gives_the_cpu_workers_time_with_one_graph_per_decode_step(eng
                                                                              tmp_path):
     """`ostinato sweep --engines ...,ostinato-graph`: the decode rows of one graph per decode step carry the worker's
     counters (one answer per MoE layer and decode step), the other engine's none; the summary gives its time per step."""
-    import argparse
     import json
 
-    import pandas as pd
-
-    from ostinato.sweep import cli as sweep_cli
-
-    parser = argparse.ArgumentParser()
-    sweep_cli.register(parser.add_subparsers(dest="group"))
     out = tmp_path / "sweep"
-    a = parser.parse_args(["sweep", "--model", str(tiny_v4_model), "--llama-tree", str(llama_tree),
-                           "--variants-dir", str(engine_variants["ostinato"].parents[1]),
-                           "--engines", "ostinato-overlap,ostinato-graph", "--baseline", "ostinato-overlap",
-                           "--prefix", "64", "--sizes", "8", "--decode", "6", "--reps", "2", "--threads", "2",
-                           "--ctx", "512", "--dev-sessions", "2", "--dev-tokens", "256", "--no-progress",
-                           "--out", str(out)])
-    assert a.func(a) == 0
-    rows = pd.read_csv(out / "rows.csv")
-    assert rows["error"].isna().all(), rows["error"].dropna().tolist()
+    rows = _run_sweep_cli(engine_variants, tiny_v4_model, llama_tree, out, "ostinato-overlap,ostinato-graph")
     dec = rows[rows["kind"] == "decode"]
     step = dec[dec["engine"] == "ostinato-graph"]
     assert len(step) == 2 and (step["worker_branches"] > 0).all(), step
