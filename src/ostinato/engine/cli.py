@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ostinato.engine.backend import BACKENDS, resolve_backend
+from ostinato.engine.carry import pack_build, unpack_build
 from ostinato.engine.devtree import export_tree, make_tree
 from ostinato.engine.patches import STAGES
 from ostinato.engine.pin import load_pin
@@ -45,6 +46,23 @@ def _cmd_pack_source(args: argparse.Namespace) -> int:
                        pin, repo / "build" / "engine" / "source")
     out = pack_tree(tree, Path(args.out).resolve())
     print(f"{out}: llama.cpp b{pin.build_number} ({pin.short_commit}), {out.stat().st_size / 1e6:.1f} MB")
+    return 0
+
+
+def _cmd_pack_build(args: argparse.Namespace) -> int:
+    path, index = pack_build(Path(args.engine_dir), args.variants, Path(args.out), Path(args.repo).resolve(),
+                             part_bytes=args.part_size << 20)
+    packed = sum(p.bytes for p in index.parts)
+    print(f"{path}: {', '.join(index.variants)} ({index.backend}), {index.raw_bytes / 1e6:.1f} MB in "
+          f"{len(index.parts)} part(s) of {packed / 1e6:.1f} MB")
+    return 0
+
+
+def _cmd_unpack_build(args: argparse.Namespace) -> int:
+    index, unpacked = unpack_build(Path(args.src), Path(args.out), Path(args.repo).resolve())
+    what = "unpacked" if unpacked else "already there, left as it is:"
+    print(f"[engine] {what} {', '.join(index.variants)} ({index.backend}) in {Path(args.out) / index.backend}, "
+          f"packed from commit {index.commit[:12] or 'unknown'} at {index.packed_at}")
     return 0
 
 
@@ -98,6 +116,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="pack the pinned tree (checksum-verified sdist) as a small tar.gz to carry elsewhere")
     k.add_argument("--out", required=True)
     k.set_defaults(func=_cmd_pack_source)
+
+    pb = g.add_parser("pack-build", parents=[common],
+                      help="pack built variants (binaries, manifests, the tree's gguf-py) as xz parts to carry to "
+                           "another machine of the same kind")
+    pb.add_argument("--engine-dir", default="build/engine/cuda", help="the build (default: build/engine/cuda)")
+    pb.add_argument("--variants", type=_variants, default=("stock", "ostinato"),
+                    help="comma list (default: stock,ostinato)")
+    pb.add_argument("--out", required=True, help="folder for engine-<backend>.json and its parts")
+    pb.add_argument("--part-size", type=int, default=15, help="MiB per part, at least 1 (default: 15)")
+    pb.set_defaults(func=_cmd_pack_build)
+
+    ub = g.add_parser("unpack-build", parents=[common],
+                      help="unpack a build packed by `engine pack-build` after checking its parts and engine sources")
+    ub.add_argument("--from", dest="src", required=True, help="the folder holding engine-<backend>.json and its parts")
+    ub.add_argument("--out", default="build/engine", help="output root (default: build/engine)")
+    ub.set_defaults(func=_cmd_unpack_build)
 
     i = g.add_parser("info", help="show which backend `auto` resolves to here, and why")
     i.add_argument("--backend", choices=BACKENDS, default="auto")

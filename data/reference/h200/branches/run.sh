@@ -20,6 +20,11 @@
 # ../decode/run.sh and ../borrow/run.sh are this script with their own OUT. For a build that leaves time for a sweep in
 # the same call: VARIANTS (default upstream,stock,ostinato), OP_TESTS=0 (no op tests built), TESTS_K (pytest -k of the
 # engine tests).
+# The build is also packed (`ostinato engine pack-build`) into $OUT/prebuilt/ (PACK=0: not), and the build's loose
+# files go into build.tar.gz only (the device brings back eight files). Copied on this machine to .prebuilt/ and
+# carried (with .whl/; .carry/ is then not needed), it makes the later calls independent of finding the build's machine
+# still warm: every part first unpacks it (`ostinato engine unpack-build`, which refuses a pack of other engine
+# sources). Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
 set -euo pipefail
 part=${1:?usage: run.sh build|sweep|sweep2|calibrate}
 OUT=${OUT:-$(dirname "$0")/out}
@@ -30,12 +35,15 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
 smk() {
-  timeout "$1" python3 -m snakemake --cores all --configfile config/h200.yaml ${SWEEP_CONFIG:-} \
+  timeout "$1" python3 -m snakemake --cores all --scheduler greedy --configfile config/h200.yaml ${SWEEP_CONFIG:-} \
       --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
                "sweep={engines: [$ENGINES]}" \
       --rerun-triggers mtime --keep-going "${@:2}"
 }
 start=$(date +%s)
+if [ "$part" != build ] && [ -f .prebuilt/engine-cuda.json ]; then
+  ost engine unpack-build --from .prebuilt --out build/engine
+fi
 
 case "$part" in
 build)
@@ -57,6 +65,11 @@ build)
     f=$(ls /tmp/ptest/rsd-qwen3moe*/server-branches-$b-static.log 2>/dev/null | head -1 || true)  # none with TESTS_K
     [ -n "$f" ] && gzip -c "$f" > "$OUT/tests-cuda-logs/server-branches-$b-static.log.gz"
   done
+  # the pack before the model: a later call can make the model, not the build
+  if [ "${PACK:-1}" = 1 ]; then
+    ost engine pack-build --engine-dir build/engine/cuda --variants "${VARIANTS:-upstream,stock,ostinato}" \
+        --out "$OUT/prebuilt" || echo "pack-build failed: the build stays on this machine only"
+  fi
   left=$(( ${CALL_BUDGET:-565} - ($(date +%s) - start) ))
   if [ "$left" -ge 30 ]; then  # the model takes about 45 s; with less left, the sweep's call makes it
     rc=0; smk "$left" models/v4flash-slice-8-calibrated.gguf > "$OUT/snakemake-model.log" 2>&1 || rc=$?
@@ -65,7 +78,7 @@ build)
     echo "model: not made in this call ($left s of CALL_BUDGET left); the sweep's call makes it" | tee "$OUT/snakemake-model.log"
   fi
   tar -czf "$OUT/build.tar.gz" -C "$OUT" machine.txt build.txt build.log.gz tests-cuda.txt tests-cuda-logs snakemake-model.log \
-      && rm -rf "$OUT/tests-cuda-logs"
+      && (cd "$OUT" && rm -rf tests-cuda-logs machine.txt build.txt build.log.gz tests-cuda.txt snakemake-model.log)
   ;;
 sweep|sweep2|calibrate)
   target=results/sweep/rows.csv; dir=results/sweep

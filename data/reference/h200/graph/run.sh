@@ -22,7 +22,9 @@
 #                                                  # the build with the op tests (the default: the engine tests'
 #                                                  # fixture builds them otherwise, past the call's ten minutes)
 # A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too).
-# Each next call right after the last (the machine is given back 30 s after a call).
+# The build's call also packs the build into $OUT/prebuilt/ (../branches/run.sh, PACK): copy its files to .prebuilt/
+# and carry [".whl", ".prebuilt"] in the later calls, which then unpack it instead of needing the build's machine
+# still warm (it is given back 30 s after a call: a sweep on a bare machine would rebuild and run out of time).
 # Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
 set -euo pipefail
 part=${1:?usage: run.sh build|sweep|reverse|threads|passive|fusion}
@@ -38,7 +40,7 @@ sweep() {  # name, engines[, more server arguments, quoted and comma-separated]
 }
 case "$part" in
 build)
-  VARIANTS=stock,ostinato OP_TESTS=${OP_TESTS:-1} TESTS_K=${TESTS_K:-"graph or worker"} TESTS_BUDGET=${TESTS_BUDGET:-150} CALL_BUDGET=${CALL_BUDGET:-580} \
+  VARIANTS=${VARIANTS:-stock,ostinato} OP_TESTS=${OP_TESTS:-1} TESTS_K=${TESTS_K:-"graph or worker"} TESTS_BUDGET=${TESTS_BUDGET:-150} CALL_BUDGET=${CALL_BUDGET:-580} \
       bash "$here/../branches/run.sh" build
   ops=$(ls -d build/engine/*/ostinato/bin | head -1)
   timeout 120 "$ops/test-residency-ops" -v > "$OUT/test-residency-ops.txt" 2>&1 || true

@@ -20,6 +20,14 @@
 #   RERUN="ostinato ..."            optional: engines whose carried finished replays are replayed again on this machine
 #                                   (all of them, in every set and run), so that the engines this session replays are
 #                                   compared with them on one machine
+#   .prebuilt/                      optional: the engine build of an earlier call (PACK=1 below), unpacked first by
+#                                   every part other than build (`ostinato engine unpack-build`: it refuses a build of
+#                                   other engine sources); .carry/llama.cpp-b11312.tar.gz is then not needed, so carry
+#                                   .carry/sessions and .carry/resume instead of .carry
+# PACK=1 run.sh build: the build and its pack into $OUT/prebuilt/ (`ostinato engine pack-build`) alone, no tests, model
+# or replay (the device brings back eight files); copied on this machine to .prebuilt/ and carried, it makes each
+# replay call independent of finding the build's machine still warm. Snakemake runs with the greedy scheduler, so
+# .whl/ needs no ILP solver (pulp).
 # Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
 # and the snakemake log (default OUT: out/ beside this script).
 set -euo pipefail
@@ -38,9 +46,12 @@ if [ "${BITWISE_ALONE:-0}" = 1 ]; then
 fi
 CONFIG+=(--config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}")
 smk() {
-  timeout -k 20 "$1" python3 -m snakemake --cores all "${CONFIG[@]}" --rerun-triggers mtime --keep-going "${@:2}"
+  timeout -k 20 "$1" python3 -m snakemake --cores all --scheduler greedy "${CONFIG[@]}" --rerun-triggers mtime --keep-going "${@:2}"
 }
 start=$(date +%s)
+if [ "$part" != build ] && [ -f .prebuilt/engine-cuda.json ]; then
+  ost engine unpack-build --from .prebuilt --out build/engine
+fi
 # the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
 TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json}
 # the engine code (sources fingerprint, `ostinato engine build`'s manifest) of commit 2687657, which the replays carried
@@ -134,6 +145,9 @@ build)
       | tee "$OUT/build.txt"
   echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
   gzip -f "$OUT/build.log"
+  if [ "${PACK:-0}" = 1 ]; then
+    ost engine pack-build --engine-dir build/engine/cuda --variants stock,ostinato --out "$OUT/prebuilt"; exit 0
+  fi
   left=$(( CALL - ($(date +%s) - start) - 20 ))
   if [ "$left" -lt "${PLANS_MIN:-200}" ]; then
     # the model, the development routing and the plans take about PLANS_MIN seconds: a call cut short would lose them

@@ -1,0 +1,273 @@
+"""Carry a built engine to another machine of the same kind: its variants' binaries and manifests, and the files of
+the pinned tree that the pipeline reads (gguf-py, the chat templates), as xz parts of bounded size with an index.
+
+Why: on the GPU machine a CUDA build of two variants takes most of a ten-minute call, and the machine is given back
+30 s after a call, so a measurement call that must find the build's machine still warm often finds a bare one. A
+build call packs what it built; a later call carries the parts, unpacks them and measures at once. The parts are
+checked (sha256) and the variants must have been built from this checkout's engine sources (the manifest's `sources`
+fingerprint), so a carried build never stands in for other engine code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from ostinato.atomic import atomic_open, sha256_file
+from ostinato.engine.stages import read_manifest, sources_fingerprint
+
+INDEX_FORMAT = 1
+# the tree's files the pipeline reads with --llama-tree (gguf-py writes and reads models; the templates go into them)
+TREE_PATHS = ("gguf-py", "models/templates")
+# one dictionary over the whole stream: llama-server and llama-bench of a static build share their ggml code, and
+# two variants share most of it, so a window as large as the input stores it about once; preset 1 keeps it fast
+MAX_DICT = 768 << 20
+
+
+@dataclass
+class PackPart:
+    name: str
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class PackIndex:
+    """`engine-<backend>.json`: what the parts hold and how to check them."""
+
+    backend: str
+    variants: dict[str, dict[str, str]]  # variant -> {"sources", "fingerprint"} of its manifest
+    parts: list[PackPart] = field(default_factory=list)
+    raw_bytes: int = 0
+    commit: str = ""
+    packed_at: str = ""
+    format: int = INDEX_FORMAT
+
+    @staticmethod
+    def load(path: Path) -> "PackIndex":
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") != INDEX_FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, expected {INDEX_FORMAT}")
+            parts = [PackPart(**p) for p in data.pop("parts")]
+            return PackIndex(parts=parts, **data)
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"{path}: not an engine pack index ({e})") from e
+
+
+class _PartWriter(io.RawIOBase):
+    """A write-only stream cut into files of at most `limit` bytes: <prefix>.00, <prefix>.01, ..."""
+
+    def __init__(self, prefix: Path, limit: int):
+        self.prefix, self.limit, self.paths = prefix, limit, []
+        self._f = None
+        self._n = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        view = memoryview(b).cast("B")
+        done = 0
+        while done < len(view):
+            if self._f is None or self._n == self.limit:
+                self._next()
+            k = min(len(view) - done, self.limit - self._n)
+            self._f.write(view[done:done + k])
+            self._n += k
+            done += k
+        return done
+
+    def _next(self) -> None:
+        if self._f is not None:
+            self._f.close()
+        path = self.prefix.with_name(f"{self.prefix.name}.{len(self.paths):02d}")
+        self.paths.append(path)
+        self._f, self._n = open(path, "wb"), 0
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        super().close()
+
+
+class _PartReader(io.RawIOBase):
+    """The parts read back as one stream."""
+
+    def __init__(self, paths: list[Path]):
+        self._paths = list(paths)
+        self._f = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while True:
+            if self._f is None:
+                if not self._paths:
+                    return 0
+                self._f = open(self._paths.pop(0), "rb")
+            n = self._f.readinto(b)
+            if n:
+                return n
+            self._f.close()
+            self._f = None
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+        super().close()
+
+
+def _current_variant(engine_dir: Path, variant: str, engine_src: Path) -> dict[str, str]:
+    m = read_manifest(engine_dir, variant)
+    if m is None:
+        raise FileNotFoundError(f"{engine_dir / variant / 'manifest.json'}: no build of the {variant} variant to pack "
+                                f"(run `ostinato engine build` first)")
+    missing = [t for t in m.targets if not (engine_dir / variant / "bin" / t).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{engine_dir / variant / 'bin'}: missing {', '.join(missing)} of the manifest's "
+                                f"targets")
+    here = sources_fingerprint(engine_src, variant)
+    if m.sources != here:
+        raise ValueError(f"{engine_dir / variant}: built from other engine sources than this checkout's "
+                         f"(manifest sources {m.sources[:12] or 'unrecorded'}, engine/ {here[:12]}); rebuild first")
+    return {"sources": m.sources, "fingerprint": m.fingerprint}
+
+
+def _members(engine_dir: Path, variants: Iterable[str]) -> list[tuple[Path, str]]:
+    files = [(engine_dir / v, v) for v in variants]
+    files += [(engine_dir / "tree" / p, f"tree/{p}") for p in TREE_PATHS if (engine_dir / "tree" / p).is_dir()]
+    return files
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _commit(repo: Path) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Path,
+               part_bytes: int = 15 << 20) -> tuple[Path, PackIndex]:
+    """Pack the variants built under engine_dir (e.g. build/engine/cuda) into dest as
+    `engine-<backend>.tar.xz.NN` parts and the index `engine-<backend>.json`; return the index's path and it."""
+    if part_bytes < 1 << 20:
+        raise ValueError(f"part size of {part_bytes} bytes: expected at least 1 MiB (--part-size)")
+    engine_dir = Path(engine_dir)
+    metas = {v: _current_variant(engine_dir, v, Path(repo) / "engine") for v in variants}
+    backends = {read_manifest(engine_dir, v).backend for v in variants}
+    if len(backends) != 1:
+        raise ValueError(f"{engine_dir}: variants of more than one backend ({', '.join(sorted(backends))})")
+    backend = backends.pop()
+    members = _members(engine_dir, variants)
+    raw = sum(_size(p) for p, _ in members)
+    dest.mkdir(parents=True, exist_ok=True)
+    prefix = dest / f"engine-{backend}.tar.xz"
+    for old in dest.glob(f"{prefix.name}.*"):
+        old.unlink()
+    filters = [{"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 1,
+                                          "dict_size": max(1 << 20, min(MAX_DICT, raw))}]
+    writer = _PartWriter(prefix, part_bytes)
+    with writer, lzma.LZMAFile(writer, "w", format=lzma.FORMAT_XZ, filters=filters) as xz, \
+            tarfile.open(fileobj=xz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for path, arc in members:
+            tar.add(path, arcname=arc)
+    index = PackIndex(backend=backend, variants=metas, raw_bytes=raw, commit=_commit(Path(repo)),
+                      packed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                      parts=[PackPart(p.name, p.stat().st_size, sha256_file(p)) for p in writer.paths])
+    index_path = dest / f"engine-{backend}.json"
+    with atomic_open(index_path) as f:
+        f.write(json.dumps(asdict(index), indent=2) + "\n")
+    return index_path, index
+
+
+def find_index(src: Path) -> Path:
+    """The one `engine-*.json` in src (or src itself when it is a file)."""
+    src = Path(src)
+    if src.is_file():
+        return src
+    found = sorted(src.glob("engine-*.json"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{src}: expected one engine pack index engine-<backend>.json, found "
+                                f"{len(found) or 'none'} (make it with `ostinato engine pack-build`)")
+    return found[0]
+
+
+def is_unpacked(index: PackIndex, engine_root: Path) -> bool:
+    """The pack's variants are already under engine_root/<backend>/ (same fingerprints and sources, every target)."""
+    out = Path(engine_root) / index.backend
+    for v, meta in index.variants.items():
+        m = read_manifest(out, v)
+        if (m is None or (m.fingerprint, m.sources) != (meta["fingerprint"], meta["sources"])
+                or not all((out / v / "bin" / t).is_file() for t in m.targets)):
+            return False
+    return True
+
+
+def unpack_build(src: Path, engine_root: Path, repo: Path) -> tuple[PackIndex, bool]:
+    """Unpack a pack into engine_root/<backend>/ (its variants replaced whole; the tree's files only where no full
+    tree is there), after checking every part and that each variant was built from this checkout's engine sources;
+    return the index and whether anything was unpacked. Every unpacked file gets the current time, so that snakemake
+    (mtime triggers) takes the build as newer than the checkout's engine inputs, which the fingerprint check has just
+    shown it was built from. A build already there (a later call on the same machine) is left as it is, so that what
+    snakemake made from it stays up to date."""
+    index_path = find_index(src)
+    index = PackIndex.load(index_path)
+    parts = []
+    for p in index.parts:
+        path = index_path.parent / p.name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: part of {index_path.name} missing")
+        if path.stat().st_size != p.bytes or sha256_file(path) != p.sha256:
+            raise ValueError(f"{path}: size or sha256 differs from {index_path.name}'s (a broken copy)")
+        parts.append(path)
+    for v, meta in index.variants.items():
+        here = sources_fingerprint(Path(repo) / "engine", v)
+        if meta["sources"] != here:
+            raise ValueError(f"{index_path}: its {v} build was made from other engine sources than this checkout's "
+                             f"(sources {meta['sources'][:12]}, engine/ {here[:12]}, packed from commit "
+                             f"{index.commit[:12] or 'unknown'}); build the engine instead")
+    if is_unpacked(index, engine_root):
+        return index, False
+    out = Path(engine_root) / index.backend
+    tmp = out.with_name(out.name + ".unpack.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    with _PartReader(parts) as raw, lzma.LZMAFile(raw) as xz, tarfile.open(fileobj=xz, mode="r|") as tar:
+        tar.extractall(tmp, filter="data")
+    now = time.time()
+    for p in tmp.rglob("*"):
+        os.utime(p, (now, now), follow_symlinks=False)
+    for v in index.variants:
+        _replace(tmp / v, out / v)
+    tree = out / "tree"
+    if not (tree / ".git").exists() and (tmp / "tree").is_dir():
+        _replace(tmp / "tree", tree)
+    shutil.rmtree(tmp)
+    return index, True
+
+
+def _replace(new: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    old = dest.with_name(dest.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if dest.exists():
+        dest.rename(old)
+    new.rename(dest)
+    if old.exists():
+        shutil.rmtree(old)

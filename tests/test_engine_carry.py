@@ -1,0 +1,127 @@
+"""Carrying a built engine between machines (`ostinato engine pack-build` / `unpack-build`): the parts round-trip,
+broken or foreign packs are refused with errors that name the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from ostinato.atomic import sha256_file
+from ostinato.cli import main
+from ostinato.engine.carry import PackIndex, pack_build, unpack_build
+from ostinato.engine.stages import VariantManifest, sources_fingerprint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fake_build(root: Path, variants=("stock", "ostinato"), engine: Path = REPO / "engine", size: int = 3 << 20):
+    """A build tree like `ostinato engine build`'s: bin/ with the manifest's targets, the manifest, the tree's gguf-py."""
+    for i, v in enumerate(variants):
+        (root / v / "bin").mkdir(parents=True)
+        for t in ("llama-server", "llama-bench"):
+            # incompressible, so that the small part size gives several parts
+            (root / v / "bin" / t).write_bytes(bytes(range(256)) * 4 + os.urandom(size) + bytes([i]))
+        m = VariantManifest(variant=v, backend="cuda", backend_reason="test", fingerprint=f"fp-{v}", build_number=1,
+                            upstream_commit="c", tree_commit="t", patches=[], cmake_args=[],
+                            targets=["llama-server", "llama-bench"], build_seconds=1.0, built_at="now",
+                            sources=sources_fingerprint(engine, v))
+        (root / v / "manifest.json").write_text(json.dumps(asdict(m)))
+    (root / "tree" / "gguf-py" / "gguf").mkdir(parents=True)
+    (root / "tree" / "gguf-py" / "gguf" / "__init__.py").write_text("# gguf\n")
+    return root
+
+
+def test_a_packed_build_unpacks_whole_and_newer_than_the_checkout(tmp_path):
+    built = _fake_build(tmp_path / "src" / "cuda")
+    index_path, index = pack_build(built, ("stock", "ostinato"), tmp_path / "pack", REPO, part_bytes=4 << 20)
+    assert index_path.name == "engine-cuda.json" and len(index.parts) >= 3
+    assert all(p.bytes <= 4 << 20 for p in index.parts) and set(index.variants) == {"stock", "ostinato"}
+    assert PackIndex.load(index_path) == index
+    start = time.time()
+    out = tmp_path / "dst"
+    assert unpack_build(tmp_path / "pack", out, REPO) == (index, True)
+    for v in ("stock", "ostinato"):
+        for t in ("llama-server", "llama-bench", "../manifest.json"):
+            a, b = built / v / "bin" / t, out / "cuda" / v / "bin" / t
+            assert sha256_file(a) == sha256_file(b)
+            assert b.stat().st_mtime >= start - 1
+    assert (out / "cuda" / "tree" / "gguf-py" / "gguf" / "__init__.py").read_text() == "# gguf\n"
+    # again on the same machine: the build is there, nothing is touched (what snakemake made from it stays current)
+    server = out / "cuda" / "stock" / "bin" / "llama-server"
+    os.utime(server, (1e9, 1e9))
+    (out / "cuda" / "stock" / "bin" / "stale").write_text("x")
+    assert unpack_build(index_path, out, REPO) == (index, False)
+    assert server.stat().st_mtime == 1e9 and (out / "cuda" / "stock" / "bin" / "stale").exists()
+    # a variant that lost a target is unpacked again, whole; a full tree (a git repository) is left as it is
+    (out / "cuda" / "ostinato" / "bin" / "llama-bench").unlink()
+    (out / "cuda" / "tree" / ".git").mkdir()
+    (out / "cuda" / "tree" / "gguf-py" / "gguf" / "__init__.py").write_text("# full tree\n")
+    assert unpack_build(index_path, out, REPO) == (index, True)
+    assert not (out / "cuda" / "stock" / "bin" / "stale").exists()
+    assert (out / "cuda" / "ostinato" / "bin" / "llama-bench").is_file() and server.stat().st_mtime >= start - 1
+    assert (out / "cuda" / "tree" / "gguf-py" / "gguf" / "__init__.py").read_text() == "# full tree\n"
+    assert not list(out.glob("*.tmp")) and not list((out / "cuda").glob("*.old"))
+
+
+def test_broken_or_missing_parts_are_refused_by_name(tmp_path):
+    built = _fake_build(tmp_path / "src" / "cuda", variants=("stock",), size=2 << 20)
+    _, index = pack_build(built, ("stock",), tmp_path / "pack", REPO, part_bytes=1 << 20)
+    part = tmp_path / "pack" / index.parts[1].name
+    data = bytearray(part.read_bytes())
+    data[100] ^= 1
+    part.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=rf"{part.name}: size or sha256 differs"):
+        unpack_build(tmp_path / "pack", tmp_path / "dst", REPO)
+    part.unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{part.name}: part of engine-cuda.json missing"):
+        unpack_build(tmp_path / "pack", tmp_path / "dst", REPO)
+    assert not (tmp_path / "dst" / "cuda" / "stock").exists()
+    with pytest.raises(FileNotFoundError, match="expected one engine pack index"):
+        unpack_build(tmp_path, tmp_path / "dst", REPO)
+
+
+def test_a_build_of_other_engine_sources_is_neither_packed_nor_unpacked(tmp_path):
+    # a checkout whose engine/src differs from the one the build was made from
+    other = tmp_path / "other"
+    shutil.copytree(REPO / "engine", other / "engine")
+    header = next((other / "engine" / "src").rglob("*.h"))
+    header.write_text(header.read_text() + "\n// changed\n")
+    built = _fake_build(tmp_path / "src" / "cuda", variants=("stock",))
+    with pytest.raises(ValueError, match=r"stock: built from other engine sources than this checkout's"):
+        pack_build(built, ("stock",), tmp_path / "pack", other)
+    pack_build(built, ("stock",), tmp_path / "pack", REPO)
+    with pytest.raises(ValueError, match=r"engine-cuda.json: its stock build was made from other engine sources"):
+        unpack_build(tmp_path / "pack", tmp_path / "dst", other)
+    assert not (tmp_path / "dst" / "cuda" / "stock").exists()
+
+
+def test_pack_build_cli_names_a_missing_build(tmp_path, capsys):
+    rc = main(["engine", "pack-build", "--repo", str(REPO), "--engine-dir", str(tmp_path / "none"),
+               "--out", str(tmp_path / "pack")])
+    assert rc == 2 and "manifest.json: no build of the stock variant to pack" in capsys.readouterr().err
+    rc = main(["engine", "pack-build", "--repo", str(REPO), "--engine-dir", str(tmp_path / "none"),
+               "--out", str(tmp_path / "pack"), "--part-size", "0"])
+    assert rc == 2 and "expected at least 1 MiB (--part-size)" in capsys.readouterr().err
+
+
+def test_the_cpu_build_runs_after_a_round_trip(engine_variants, tmp_path, capsys):
+    cpu = engine_variants["stock"].parent.parent
+    assert main(["engine", "pack-build", "--repo", str(REPO), "--engine-dir", str(cpu), "--variants", "stock",
+                 "--out", str(tmp_path / "pack")]) == 0
+    assert "engine-cpu.json: stock (cpu)" in capsys.readouterr().out
+    assert main(["engine", "unpack-build", "--repo", str(REPO), "--from", str(tmp_path / "pack"),
+                 "--out", str(tmp_path / "engine")]) == 0
+    server = tmp_path / "engine" / "cpu" / "stock" / "bin" / "llama-server"
+    proc = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "version" in (proc.stdout + proc.stderr)
+    assert (tmp_path / "engine" / "cpu" / "tree" / "gguf-py").is_dir()
+    assert main(["engine", "unpack-build", "--repo", str(REPO), "--from", str(tmp_path / "pack"),
+                 "--out", str(tmp_path / "engine")]) == 0
+    assert "already there, left as it is: stock (cpu)" in capsys.readouterr().out
