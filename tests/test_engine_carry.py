@@ -21,16 +21,18 @@ from ostinato.engine.stages import VariantManifest, sources_fingerprint
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _fake_build(root: Path, variants=("stock", "ostinato"), engine: Path = REPO / "engine", size: int = 3 << 20):
-    """A build tree like `ostinato engine build`'s: bin/ with the manifest's targets, the manifest, the tree's gguf-py."""
+def _fake_build(root: Path, variants=("stock", "ostinato"), engine: Path = REPO / "engine",
+                size: int = 3 << 20) -> Path:
+    """A build tree like `ostinato engine build`'s: bin/ with the targets, the manifest, the tree's gguf-py."""
     for i, v in enumerate(variants):
         (root / v / "bin").mkdir(parents=True)
-        for t in ("llama-server", "llama-bench"):
+        targets = ["llama-server", "llama-bench"] + (["test-residency-ops"] if v == "ostinato" else [])
+        for t in targets:
             # incompressible, so that the small part size gives several parts
             (root / v / "bin" / t).write_bytes(bytes(range(256)) * 4 + os.urandom(size) + bytes([i]))
         m = VariantManifest(variant=v, backend="cuda", backend_reason="test", fingerprint=f"fp-{v}", build_number=1,
                             upstream_commit="c", tree_commit="t", patches=[], cmake_args=[],
-                            targets=["llama-server", "llama-bench"], build_seconds=1.0, built_at="now",
+                            targets=targets, build_seconds=1.0, built_at="now",
                             sources=sources_fingerprint(engine, v))
         (root / v / "manifest.json").write_text(json.dumps(asdict(m)))
     (root / "tree" / "gguf-py" / "gguf").mkdir(parents=True)
@@ -48,11 +50,23 @@ def test_a_packed_build_unpacks_whole_and_newer_than_the_checkout(tmp_path):
     out = tmp_path / "dst"
     assert unpack_build(tmp_path / "pack", out, REPO) == (index, True)
     for v in ("stock", "ostinato"):
-        for t in ("llama-server", "llama-bench", "../manifest.json"):
+        for t in ("llama-server", "llama-bench"):
             a, b = built / v / "bin" / t, out / "cuda" / v / "bin" / t
             assert sha256_file(a) == sha256_file(b)
             assert b.stat().st_mtime >= start - 1
+        m = json.loads((out / "cuda" / v / "manifest.json").read_text())
+        assert (m["fingerprint"], m["sources"]) == (f"fp-{v}", sources_fingerprint(REPO / "engine", v))
     assert (out / "cuda" / "tree" / "gguf-py" / "gguf" / "__init__.py").read_text() == "# gguf\n"
+    # the op tests stay behind unless asked for; the manifest lists what came
+    assert not (out / "cuda" / "ostinato" / "bin" / "test-residency-ops").exists()
+    assert json.loads((out / "cuda" / "ostinato" / "manifest.json").read_text())["targets"] == [
+        "llama-server", "llama-bench"]
+    _, with_tests = pack_build(built, ("ostinato",), tmp_path / "pack-tests", REPO, op_tests=True)
+    unpack_build(tmp_path / "pack-tests", tmp_path / "dst-tests", REPO)
+    ost = tmp_path / "dst-tests" / "cuda" / "ostinato"
+    tests_bin = "bin/test-residency-ops"
+    assert sha256_file(ost / tests_bin) == sha256_file(built / "ostinato" / tests_bin)
+    assert json.loads((ost / "manifest.json").read_text())["targets"][-1] == "test-residency-ops"
     # again on the same machine: the build is there, nothing is touched (what snakemake made from it stays current)
     server = out / "cuda" / "stock" / "bin" / "llama-server"
     os.utime(server, (1e9, 1e9))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ostinato.atomic import atomic_open, sha256_file
-from ostinato.engine.stages import read_manifest, sources_fingerprint
+from ostinato.engine.stages import DEFAULT_TARGETS, read_manifest, sources_fingerprint
 
 INDEX_FORMAT = 1
 # the tree's files the pipeline reads with --llama-tree (gguf-py writes and reads models; the templates go into them)
@@ -145,10 +145,17 @@ def _current_variant(engine_dir: Path, variant: str, engine_src: Path) -> dict[s
     return {"sources": m.sources, "fingerprint": m.fingerprint}
 
 
-def _members(engine_dir: Path, variants: Iterable[str]) -> list[tuple[Path, str]]:
-    files = [(engine_dir / v, v) for v in variants]
+def _members(engine_dir: Path, variants: Iterable[str], op_tests: bool) -> tuple[list[tuple[Path, str]], dict]:
+    """The files to pack, and each variant's manifest as packed: its targets only those packed (the fingerprint is
+    the same with or without the op tests, so the unpacked build is current for the pipeline either way)."""
+    files, manifests = [], {}
+    for v in variants:
+        m = read_manifest(engine_dir, v)
+        targets = [t for t in m.targets if op_tests or t in DEFAULT_TARGETS]
+        files += [(engine_dir / v / "bin" / t, f"{v}/bin/{t}") for t in targets]
+        manifests[f"{v}/manifest.json"] = json.dumps({**asdict(m), "targets": targets}, indent=2) + "\n"
     files += [(engine_dir / "tree" / p, f"tree/{p}") for p in TREE_PATHS if (engine_dir / "tree" / p).is_dir()]
-    return files
+    return files, manifests
 
 
 def _size(path: Path) -> int:
@@ -161,9 +168,10 @@ def _commit(repo: Path) -> str:
 
 
 def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Path,
-               part_bytes: int = 15 << 20) -> tuple[Path, PackIndex]:
+               part_bytes: int = 15 << 20, op_tests: bool = False) -> tuple[Path, PackIndex]:
     """Pack the variants built under engine_dir (e.g. build/engine/cuda) into dest as
-    `engine-<backend>.tar.xz.NN` parts and the index `engine-<backend>.json`; return the index's path and it."""
+    `engine-<backend>.tar.xz.NN` parts and the index `engine-<backend>.json`; return the index's path and it.
+    The op tests go in only with op_tests (the pipeline runs llama-server and llama-bench alone)."""
     if part_bytes < 1 << 20:
         raise ValueError(f"part size of {part_bytes} bytes: expected at least 1 MiB (--part-size)")
     engine_dir = Path(engine_dir)
@@ -172,7 +180,7 @@ def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Pa
     if len(backends) != 1:
         raise ValueError(f"{engine_dir}: variants of more than one backend ({', '.join(sorted(backends))})")
     backend = backends.pop()
-    members = _members(engine_dir, variants)
+    members, manifests = _members(engine_dir, variants, op_tests)
     raw = sum(_size(p) for p, _ in members)
     dest.mkdir(parents=True, exist_ok=True)
     prefix = dest / f"engine-{backend}.tar.xz"
@@ -183,6 +191,10 @@ def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Pa
     writer = _PartWriter(prefix, part_bytes)
     with writer, lzma.LZMAFile(writer, "w", format=lzma.FORMAT_XZ, filters=filters) as xz, \
             tarfile.open(fileobj=xz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for arc, text in manifests.items():
+            info = tarfile.TarInfo(arc)
+            info.size, info.mtime, info.mode = len(text.encode()), int(time.time()), 0o644
+            tar.addfile(info, io.BytesIO(text.encode()))
         for path, arc in members:
             tar.add(path, arcname=arc)
     index = PackIndex(backend=backend, variants=metas, raw_bytes=raw, commit=_commit(Path(repo)),

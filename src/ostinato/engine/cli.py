@@ -51,7 +51,7 @@ def _cmd_pack_source(args: argparse.Namespace) -> int:
 
 def _cmd_pack_build(args: argparse.Namespace) -> int:
     path, index = pack_build(Path(args.engine_dir), args.variants, Path(args.out), Path(args.repo).resolve(),
-                             part_bytes=args.part_size << 20)
+                             part_bytes=args.part_size << 20, op_tests=args.op_tests)
     packed = sum(p.bytes for p in index.parts)
     print(f"{path}: {', '.join(index.variants)} ({index.backend}), {index.raw_bytes / 1e6:.1f} MB in "
           f"{len(index.parts)} part(s) of {packed / 1e6:.1f} MB")
@@ -125,6 +125,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="comma list (default: stock,ostinato)")
     pb.add_argument("--out", required=True, help="folder for engine-<backend>.json and its parts")
     pb.add_argument("--part-size", type=int, default=15, help="MiB per part, at least 1 (default: 15)")
+    pb.add_argument("--op-tests", action="store_true",
+                    help="also pack the op tests the build has (default: llama-server and llama-bench alone)")
     pb.set_defaults(func=_cmd_pack_build)
 
     ub = g.add_parser("unpack-build", parents=[common],
