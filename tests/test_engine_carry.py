@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -139,3 +140,32 @@ def test_the_cpu_build_runs_after_a_round_trip(engine_variants, tmp_path, capsys
     assert main(["engine", "unpack-build", "--repo", str(REPO), "--from", str(tmp_path / "pack"),
                  "--out", str(tmp_path / "engine")]) == 0
     assert "already there, left as it is: stock (cpu)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_snakemake_takes_an_unpacked_build_as_up_to_date(engine_variants, tmp_path):
+    """On a fresh checkout (every input file new), the carried build is not rebuilt: build_engine is not scheduled."""
+    cpu = engine_variants["stock"].parent.parent
+    pack_build(cpu, ("stock", "ostinato"), tmp_path / "pack", REPO)
+    work = tmp_path / "checkout"
+    for part in ("Snakefile", "workflow", "config", "engine", "environment.yml", "data/profiles", "data/paper",
+                 "artifact"):
+        src, dst = REPO / part, work / part
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    then = time.time() - 5
+    for p in work.rglob("*"):
+        os.utime(p, (then, then))
+    exe = Path(sys.executable).parent / "snakemake"
+
+    def planned() -> str:
+        proc = subprocess.run([str(exe), "-n", "--cores", "1", "--config", "engine={backend: cpu}", "--rerun-triggers",
+                               "mtime", "--keep-going", "results/sweep/rows.csv"], cwd=work, capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    assert "rule build_engine:" in planned()  # nothing built yet
+    unpack_build(tmp_path / "pack", work / "build" / "engine", work)
+    out = planned()
+    assert "rule build_engine:" not in out and "rule sweep_prefill:" in out
