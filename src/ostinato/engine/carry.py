@@ -29,8 +29,9 @@ INDEX_FORMAT = 1
 # the tree's files the pipeline reads with --llama-tree (gguf-py writes and reads models; the templates go into them)
 TREE_PATHS = ("gguf-py", "models/templates")
 # one dictionary over the whole stream: llama-server and llama-bench of a static build share their ggml code, and
-# two variants share most of it, so a window as large as the input stores it about once; preset 1 keeps it fast
-MAX_DICT = 768 << 20
+# two variants share most of it, so a window as large as the input stores it about once (up to liblzma's largest,
+# 1.5 GiB, about 11 GiB of encoder memory at that size); preset 1 keeps it fast
+MAX_DICT = 1536 << 20
 
 
 @dataclass

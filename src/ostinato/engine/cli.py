@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 from ostinato.engine.backend import BACKENDS, resolve_backend
@@ -50,11 +51,12 @@ def _cmd_pack_source(args: argparse.Namespace) -> int:
 
 
 def _cmd_pack_build(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
     path, index = pack_build(Path(args.engine_dir), args.variants, Path(args.out), Path(args.repo).resolve(),
                              part_bytes=args.part_size << 20, op_tests=args.op_tests)
     packed = sum(p.bytes for p in index.parts)
     print(f"{path}: {', '.join(index.variants)} ({index.backend}), {index.raw_bytes / 1e6:.1f} MB in "
-          f"{len(index.parts)} part(s) of {packed / 1e6:.1f} MB")
+          f"{len(index.parts)} part(s) of {packed / 1e6:.1f} MB, {time.monotonic() - t0:.0f} s")
     return 0
 
 
