@@ -15,15 +15,15 @@ import json
 import lzma
 import os
 import shutil
-import subprocess
 import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from ostinato.atomic import atomic_open, sha256_file
-from ostinato.engine.stages import DEFAULT_TARGETS, read_manifest, sources_fingerprint
+from ostinato.engine.gitutil import git
+from ostinato.engine.stages import (DEFAULT_TARGETS, VariantManifest, read_manifest,
+                                    sources_fingerprint)
 
 INDEX_FORMAT = 1
 # the tree's files the pipeline reads with --llama-tree (gguf-py writes and reads models; the templates go into them)
@@ -130,7 +130,8 @@ class _PartReader(io.RawIOBase):
         super().close()
 
 
-def _current_variant(engine_dir: Path, variant: str, engine_src: Path) -> dict[str, str]:
+def _current_variant(engine_dir: Path, variant: str, engine_src: Path) -> VariantManifest:
+    """The variant's manifest, refusing a missing build, missing targets or other engine sources than engine_src's."""
     m = read_manifest(engine_dir, variant)
     if m is None:
         raise FileNotFoundError(f"{engine_dir / variant / 'manifest.json'}: no build of the {variant} variant to pack "
@@ -143,29 +144,24 @@ def _current_variant(engine_dir: Path, variant: str, engine_src: Path) -> dict[s
     if m.sources != here:
         raise ValueError(f"{engine_dir / variant}: built from other engine sources than this checkout's "
                          f"(manifest sources {m.sources[:12] or 'unrecorded'}, engine/ {here[:12]}); rebuild first")
-    return {"sources": m.sources, "fingerprint": m.fingerprint}
+    return m
 
 
-def _members(engine_dir: Path, variants: Iterable[str], op_tests: bool) -> tuple[list[tuple[Path, str]], dict]:
+def _members(engine_dir: Path, manifests: dict[str, VariantManifest],
+             op_tests: bool) -> tuple[list[tuple[Path, str]], dict[str, str]]:
     """The files to pack, and each variant's manifest as packed: its targets only those packed (the fingerprint is
     the same with or without the op tests, so the unpacked build is current for the pipeline either way)."""
-    files, manifests = [], {}
-    for v in variants:
-        m = read_manifest(engine_dir, v)
+    files, texts = [], {}
+    for v, m in manifests.items():
         targets = [t for t in m.targets if op_tests or t in DEFAULT_TARGETS]
         files += [(engine_dir / v / "bin" / t, f"{v}/bin/{t}") for t in targets]
-        manifests[f"{v}/manifest.json"] = json.dumps({**asdict(m), "targets": targets}, indent=2) + "\n"
+        texts[f"{v}/manifest.json"] = json.dumps({**asdict(m), "targets": targets}, indent=2) + "\n"
     files += [(engine_dir / "tree" / p, f"tree/{p}") for p in TREE_PATHS if (engine_dir / "tree" / p).is_dir()]
-    return files, manifests
+    return files, texts
 
 
 def _size(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _commit(repo: Path) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Path,
@@ -176,12 +172,13 @@ def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Pa
     if part_bytes < 1 << 20:
         raise ValueError(f"part size of {part_bytes} bytes: expected at least 1 MiB (--part-size)")
     engine_dir = Path(engine_dir)
-    metas = {v: _current_variant(engine_dir, v, Path(repo) / "engine") for v in variants}
-    backends = {read_manifest(engine_dir, v).backend for v in variants}
+    built = {v: _current_variant(engine_dir, v, Path(repo) / "engine") for v in variants}
+    backends = {m.backend for m in built.values()}
     if len(backends) != 1:
         raise ValueError(f"{engine_dir}: variants of more than one backend ({', '.join(sorted(backends))})")
     backend = backends.pop()
-    members, manifests = _members(engine_dir, variants, op_tests)
+    metas = {v: {"sources": m.sources, "fingerprint": m.fingerprint} for v, m in built.items()}
+    members, manifests = _members(engine_dir, built, op_tests)
     raw = sum(_size(p) for p, _ in members)
     dest.mkdir(parents=True, exist_ok=True)
     prefix = dest / f"engine-{backend}.tar.xz"
@@ -198,7 +195,8 @@ def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Pa
             tar.addfile(info, io.BytesIO(text.encode()))
         for path, arc in members:
             tar.add(path, arcname=arc)
-    index = PackIndex(backend=backend, variants=metas, raw_bytes=raw, commit=_commit(Path(repo)),
+    index = PackIndex(backend=backend, variants=metas, raw_bytes=raw,
+                      commit=git(Path(repo), "rev-parse", "HEAD", check=False).strip(),
                       packed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                       parts=[PackPart(p.name, p.stat().st_size, sha256_file(p)) for p in writer.paths])
     index_path = dest / f"engine-{backend}.json"
