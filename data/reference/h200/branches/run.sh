@@ -20,11 +20,12 @@
 # ../decode/run.sh and ../borrow/run.sh are this script with their own OUT. For a build that leaves time for a sweep in
 # the same call: VARIANTS (default upstream,stock,ostinato), OP_TESTS=0 (no op tests built), TESTS_K (pytest -k of the
 # engine tests).
-# The build is also packed (`ostinato engine pack-build`) into $OUT/prebuilt/ (PACK=0: not), and the build's loose
-# files go into build.tar.gz only (the device brings back eight files). Copied on this machine to .prebuilt/ and
-# carried (with .whl/; .carry/ is then not needed), it makes the later calls independent of finding the build's machine
-# still warm: every part first unpacks it (`ostinato engine unpack-build`, which refuses a pack of other engine
-# sources). Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
+# The build's loose files go into build.tar.gz only (the device brings back eight files). PACK=1 also packs the build
+# (`ostinato engine pack-build`) into $OUT/prebuilt/; copied on this machine to .prebuilt/ and carried, every part
+# first unpacks it (`ostinato engine unpack-build`, which refuses a pack of other engine sources). It is off by
+# default: the H200's CUDA build of stock and ostinato packs to 53 MB (../graph/sweep2/build/engine-cuda.json), more
+# than the 64-MiB carry leaves beside the tree and .whl/ (about 38 MB), so the later calls need the build's machine
+# still warm: send them as soon as the build's call returns (the machine is given back 30 s after a call). Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
 set -euo pipefail
 part=${1:?usage: run.sh build|sweep|sweep2|calibrate}
 OUT=${OUT:-$(dirname "$0")/out}
@@ -66,7 +67,7 @@ build)
     [ -n "$f" ] && gzip -c "$f" > "$OUT/tests-cuda-logs/server-branches-$b-static.log.gz"
   done
   # the pack before the model: a later call can make the model, not the build
-  if [ "${PACK:-1}" = 1 ]; then
+  if [ "${PACK:-0}" = 1 ]; then
     ost engine pack-build --engine-dir build/engine/cuda --variants "${VARIANTS:-upstream,stock,ostinato}" \
         --out "$OUT/prebuilt" || echo "pack-build failed: the build stays on this machine only"
   fi

@@ -22,9 +22,10 @@
 #                                                  # the build with the op tests (the default: the engine tests'
 #                                                  # fixture builds them otherwise, past the call's ten minutes)
 # A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too).
-# The build's call also packs the build into $OUT/prebuilt/ (../branches/run.sh, PACK): copy its files to .prebuilt/
-# and carry [".whl", ".prebuilt"] in the later calls, which then unpack it instead of needing the build's machine
-# still warm (it is given back 30 s after a call: a sweep on a bare machine would rebuild and run out of time).
+# The later calls need the build's machine still warm (it is given back 30 s after a call: a sweep on a bare machine
+# would rebuild and run out of time), so send each as soon as the last returns; PACK=1 packs the build into
+# $OUT/prebuilt/ (../branches/run.sh), which a later call unpacks from a carried .prebuilt/, but the CUDA build's pack
+# (53 MB) does not fit the carry beside the tree and .whl/.
 # Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
 set -euo pipefail
 part=${1:?usage: run.sh build|sweep|reverse|threads|passive|fusion}

@@ -26,7 +26,9 @@
 #                                   .carry/sessions and .carry/resume instead of .carry
 # PACK=1 run.sh build: the build and its pack into $OUT/prebuilt/ (`ostinato engine pack-build`) alone, no tests, model
 # or replay (the device brings back eight files); copied on this machine to .prebuilt/ and carried, it makes each
-# replay call independent of finding the build's machine still warm. Snakemake runs with the greedy scheduler, so
+# replay call independent of finding the build's machine still warm, where it fits the 64-MiB carry: the H200's CUDA
+# build of stock and ostinato packs to 53 MB (../graph/sweep2/build/engine-cuda.json), which with the tree, .whl/ and
+# the sessions does not, so there the replay calls follow the build's call without pause instead. Snakemake runs with the greedy scheduler, so
 # .whl/ needs no ILP solver (pulp).
 # Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
 # and the snakemake log (default OUT: out/ beside this script).
