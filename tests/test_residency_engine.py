@@ -19,6 +19,7 @@ from ostinato.models.gguf_shape import MoeShape, moe_shape_from_gguf
 from ostinato.residency.budget import single_gpu_plan
 from ostinato.residency.planfile import write_plan
 from ostinato.routing.trace import TraceShape, random_trace, write_trace
+from ostinato.sweep.prefill import by_routes_delta
 
 PROMPT = [1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 65, 66, 67] * 3  # 54 tokens
 N_PREDICT = 10
@@ -369,7 +370,8 @@ def test_one_graph_per_decode_step_computes_bitwise_what_per_segment_graphs_comp
             outs[graph] = _complete(srv, trace, n_predict=BORROW_PREDICT)
             after = _timings(srv)
         logs[graph] = srv.log_tail(10**8)
-        stats[graph] = {k: {c: after[k][c] - before[k][c] if not isinstance(after[k][c], bool) and c not in ("slots", "active", "threads")
+        stats[graph] = {k: {c: by_routes_delta(before[k][c], after[k][c]) if c == "by_routes"
+                            else after[k][c] - before[k][c] if not isinstance(after[k][c], bool) and c not in ("slots", "active", "threads")
                             else after[k][c] for c in after[k]} for k in ("graph", "borrow")}
     assert outs["step"]["tokens"] == outs["segments"]["tokens"]
     assert np.array_equal(_probs(outs["step"]), _probs(outs["segments"]))
@@ -381,6 +383,14 @@ def test_one_graph_per_decode_step_computes_bitwise_what_per_segment_graphs_comp
     # resident: its answers cost nothing
     assert g["branches"] == (BORROW_PREDICT - 1) * len(moe), g
     assert BORROW_PREDICT - 1 <= g["skipped"] < g["branches"], g
+    # the breakdown by cold routes: every answered layer once, the skipped ones at r = 0 with no compute time, the
+    # routes of the others between one and k each, their compute time within the worker's
+    by = {r: (n, ms) for r, n, ms in g["by_routes"]}
+    assert sum(n for n, _ in by.values()) == g["branches"] and by[0] == (g["skipped"], 0.0), g
+    assert g["routes"] == sum(r * n for r, (n, _) in by.items()) and max(by) <= shape.n_expert_used, g
+    assert g["branches"] - g["skipped"] <= g["routes"], g
+    assert 0 < g["compute_ms"] <= g["cpu_ms"] and sum(ms for _, ms in by.values()) == pytest.approx(g["compute_ms"], abs=1e-3)
+    assert stats["segments"]["graph"]["routes"] == 0 and stats["segments"]["graph"]["by_routes"] == []
     if borrow:
         assert stats["step"]["borrow"]["steps_hit"] > 0
         drop = ("ms", "wait_ms")

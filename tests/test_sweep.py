@@ -145,6 +145,7 @@ def test_summary_gives_the_cpu_workers_time_per_decode_step():
     assert got["worker_ms_per_step"] == pytest.approx(16.0 / 12)
     assert got["worker_wait_ms_per_step"] == pytest.approx(8.0 / 12)
     assert got["worker_skipped_share"] == pytest.approx(16 / 96)
+    assert "worker_routes_per_step" not in got  # rows of an engine without the breakdown
     assert _graph_step(["-t", "4", "--residency-graph", "step"])
     assert not _graph_step(["--residency-graph", "step", "--residency-graph", "segments"])
     assert not _graph_step(["--residency-graph"]) and not _graph_step([])
@@ -307,6 +308,33 @@ def test_sweep_cli_with_the_engine_timers_breaks_decode_steps_down(engine_varian
     assert {"borrow_copy_ms_per_step", "borrow_wait_ms_per_step", "other_ms_per_step"} <= set(summ["ostinato-borrow"])
 
 
+def test_the_workers_cost_per_cold_route_is_fitted_over_its_layers():
+    """The worker's breakdown by cold routes: a request's counters less those before it, and alpha + beta * r fitted
+    over the layers with cold routes (r = 0 layers compute nothing and stay out), from the rows' JSON in the summary."""
+    import json
+
+    from ostinato.sweep.prefill import by_routes_delta, fit_worker_cost
+
+    assert by_routes_delta([[0, 4, 0.0], [1, 2, 1.0]], [[0, 4, 0.0], [1, 5, 2.5], [2, 1, 0.9]]) == [[1, 3, 1.5], [2, 1, 0.9]]
+    # layers at r = 1 take 0.5 ms, at r = 3 take 0.9 ms: alpha 0.3, beta 0.2 (exact), whatever the layers per r
+    fit = fit_worker_cost([[0, 7, 0.0], [1, 4, 2.0], [3, 2, 1.8]])
+    assert fit["worker_alpha_ms"] == pytest.approx(0.3) and fit["worker_beta_ms"] == pytest.approx(0.2)
+    assert fit["worker_fit_layers"] == 6
+    assert fit_worker_cost([[2, 3, 1.2]]) == {"worker_alpha_ms": 0.0, "worker_beta_ms": pytest.approx(0.2),
+                                              "worker_fit_layers": 3}
+    assert fit_worker_cost([[0, 3, 0.0]]) == {}
+    rows = _rows("base", 2.0)
+    dec = [r for r in rows if r.kind == "decode"]
+    for r, by in zip(dec, ([[0, 2, 0.0], [1, 4, 2.0]], [[3, 2, 1.8]], [[1, 1, 9.0]])):
+        r.n_output, r.worker_branches, r.worker_skipped, r.worker_ms, r.worker_wait_ms = 5, 6, 2, 4.0, 3.0
+        r.worker_routes, r.worker_compute_ms = sum(k * n for k, n, _ in by), sum(ms for *_, ms in by)
+        r.worker_by_routes = json.dumps(by)
+    dec[2].worker_branches = None  # a row without counters adds nothing
+    got = [r for r in summarize(rows, "base", n_resamples=200) if r["kind"] == "decode"][0]
+    assert got["worker_routes_per_step"] == pytest.approx(10 / 8) and got["worker_compute_ms_per_step"] == pytest.approx(3.8 / 8)
+    assert got["worker_alpha_ms"] == pytest.approx(0.3) and got["worker_beta_ms"] == pytest.approx(0.2)
+
+
 def test_sweep_cli_gives_the_cpu_workers_time_with_one_graph_per_decode_step(engine_variants, tiny_v4_model, llama_tree,
                                                                              tmp_path):
     """`ostinato sweep --engines ...,ostinato-graph`: the decode rows of one graph per decode step carry the worker's
@@ -321,6 +349,11 @@ def test_sweep_cli_gives_the_cpu_workers_time_with_one_graph_per_decode_step(eng
     assert (step["worker_branches"] % (step["n_output"] - 1) == 0).all(), step  # every MoE layer of every step
     assert (step["worker_skipped"] <= step["worker_branches"]).all() and (step["worker_ms"] > 0).all()
     assert (step["worker_wait_ms"] >= 0).all(), step
+    assert (step["worker_routes"] >= step["worker_branches"] - step["worker_skipped"]).all(), step
+    assert ((step["worker_compute_ms"] > 0) & (step["worker_compute_ms"] <= step["worker_ms"])).all(), step
+    for by, branches in zip(step["worker_by_routes"], step["worker_branches"]):
+        assert sum(n for _, n, _ in json.loads(by)) == branches, by
     assert dec[dec["engine"] == "ostinato-overlap"]["worker_branches"].isna().all()
     summ = {r["engine"]: r for r in json.loads((out / "summary.json").read_text())["rows"] if r["kind"] == "decode"}
     assert summ["ostinato-graph"]["worker_ms_per_step"] > 0 and "worker_ms_per_step" not in summ["ostinato-overlap"]
+    assert summ["ostinato-graph"]["worker_beta_ms"] > 0 and summ["ostinato-graph"]["worker_fit_layers"] > 0

@@ -146,6 +146,9 @@ extern "C" {
                        int32_t   n_threads,
                         double   timeout_ms);
 
+    // the largest number of cold routes per layer that llama_residency_stats counts on its own (more count with it)
+#define LLAMA_RESIDENCY_GRAPH_ROUTES_MAX 16
+
     struct llama_residency_stats {
         int64_t  n_resident;       // experts in the pools
         uint64_t n_upload_pass;    // forward passes that took the upload path
@@ -176,6 +179,12 @@ extern "C" {
         uint64_t n_graph_skipped;      // of which every route was resident (the worker computed nothing)
         int64_t  t_graph_cpu_us;       // the workers' time on them
         int64_t  t_graph_wait_us;      // the devices' waits for the workers' answers (their clocks)
+        uint64_t n_graph_routes;       // cold routes the workers computed (a route: one token's use of one expert)
+        int64_t  t_graph_compute_us;   // of t_graph_cpu_us, the time in computing them (the graphs of the CPU branches)
+        // the answered layers by their number of cold routes r (index r; the last also counts more), and the compute
+        // time of those layers: a fit of time = alpha + beta*r over them is the worker's own C(r)
+        uint64_t n_graph_by_routes[LLAMA_RESIDENCY_GRAPH_ROUTES_MAX + 1];
+        int64_t  t_graph_by_routes_us[LLAMA_RESIDENCY_GRAPH_ROUTES_MAX + 1];
     };
 
     // statistics of the model's pools since the plan was loaded; -1 if no plan is loaded

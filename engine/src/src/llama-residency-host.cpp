@@ -32,6 +32,10 @@ static size_t residency_pad(size_t n) {
 llama_residency_host::llama_residency_host(ggml_backend_dev_t dev, size_t in_bytes, size_t out_bytes, int n_threads,
                                            double timeout_ms, const std::unique_ptr<llama_residency_borrow> * borrow)
         : dev(dev), n_threads(std::max(1, n_threads)), timeout_ms(timeout_ms), borrow(borrow) {
+    for (int r = 0; r <= LLAMA_RESIDENCY_GRAPH_ROUTES_MAX; ++r) {
+        n_by_routes[r]    = 0;
+        t_by_routes_us[r] = 0;
+    }
     // host memory the device addresses: its pinned host buffer type (a CPU-only build: plain host memory)
     ggml_backend_buffer_type_t buft_host = ggml_backend_dev_host_buffer_type(dev);
     if (buft_host == nullptr) {
@@ -230,17 +234,24 @@ void llama_residency_host::serve(int64_t seq, int64_t branch) {
             (*borrow)->record(b->layer, (const int32_t *) b->ids_flat->data, ggml_nelements(b->ids_flat), b->decode);
         }
         const int32_t * ids = (const int32_t *) b->ids_cold->data;
-        bool any = false;
-        for (int64_t i = 0; i < ggml_nelements(b->ids_cold) && !any; ++i) {
-            any = ids[i] >= 0;
+        int64_t n_cold = 0;
+        for (int64_t i = 0; i < ggml_nelements(b->ids_cold); ++i) {
+            n_cold += ids[i] >= 0;
         }
-        if (any) {
+        const int r = (int) std::min<int64_t>(n_cold, LLAMA_RESIDENCY_GRAPH_ROUTES_MAX);
+        if (n_cold > 0) {
+            const int64_t t1 = ggml_time_us();
             ggml_backend_graph_compute(cpu, b->gf);
+            const int64_t dt = ggml_time_us() - t1;
+            n_routes       += (uint64_t) n_cold;
+            t_compute_us   += dt;
+            t_by_routes_us[r] += dt;
         } else {
             // every route of the layer is on the GPU: the branch's output is the zero rows of skipped routes
             memset(b->out->data, 0, ggml_nbytes(b->out));
             n_skipped++;
         }
+        n_by_routes[r]++;
     } else {
         LLAMA_LOG_ERROR("%s: hand-over %" PRId64 " names layer %" PRId64 ", which the graph in flight does not send\n",
                         __func__, seq, branch);

@@ -8,6 +8,7 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-ostinato.h"
+#include "llama-ostinato.h"
 
 #include <atomic>
 #include <memory>
@@ -55,7 +56,12 @@ struct llama_residency_host {
     // counters (llama_model_residency_stats)
     std::atomic<uint64_t> n_branches{0};   // branches answered
     std::atomic<uint64_t> n_skipped{0};    // of which all routes were resident (no CPU work)
-    std::atomic<int64_t>  t_cpu_us{0};     // the worker's compute time
+    std::atomic<int64_t>  t_cpu_us{0};     // the worker's time on the branches (answering included)
+    std::atomic<uint64_t> n_routes{0};     // cold routes computed
+    std::atomic<int64_t>  t_compute_us{0}; // of t_cpu_us, computing the branches' graphs
+    // answered branches by their number of cold routes (the last: that many or more) and their compute time
+    std::atomic<uint64_t> n_by_routes[LLAMA_RESIDENCY_GRAPH_ROUTES_MAX + 1];
+    std::atomic<int64_t>  t_by_routes_us[LLAMA_RESIDENCY_GRAPH_ROUTES_MAX + 1];
 
     void run();
     void serve(int64_t seq, int64_t branch);

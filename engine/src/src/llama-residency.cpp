@@ -1686,11 +1686,23 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
     out->n_graph_skipped  = 0;
     out->t_graph_cpu_us   = 0;
     out->t_graph_wait_us  = 0;
+    out->n_graph_routes     = 0;
+    out->t_graph_compute_us = 0;
+    for (int i = 0; i <= LLAMA_RESIDENCY_GRAPH_ROUTES_MAX; ++i) {
+        out->n_graph_by_routes[i]    = 0;
+        out->t_graph_by_routes_us[i] = 0;
+    }
     for (const auto & h : r.hosts) {
         out->n_graph_branches += h->n_branches.load();
         out->n_graph_skipped  += h->n_skipped.load();
         out->t_graph_cpu_us   += h->t_cpu_us.load();
         out->t_graph_wait_us  += h->ch.waited[0] / 1000;
+        out->n_graph_routes     += h->n_routes.load();
+        out->t_graph_compute_us += h->t_compute_us.load();
+        for (int i = 0; i <= LLAMA_RESIDENCY_GRAPH_ROUTES_MAX; ++i) {
+            out->n_graph_by_routes[i]    += h->n_by_routes[i].load();
+            out->t_graph_by_routes_us[i] += h->t_by_routes_us[i].load();
+        }
     }
     for (const auto & lr : r.layers) {
         out->n_resident += lr.n_resident;

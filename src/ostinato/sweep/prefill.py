@@ -99,6 +99,11 @@ class BenchRow:
     worker_skipped: int | None = None
     worker_ms: float | None = None
     worker_wait_ms: float | None = None
+    # and the cold routes it computed, its time computing them (of worker_ms), and per number r of a layer's cold
+    # routes the layers answered and their compute time, as JSON [[r, layers, ms], ...] (the worker's own C(r))
+    worker_routes: int | None = None
+    worker_compute_ms: float | None = None
+    worker_by_routes: str = ""
 
 
 def _row(engine: str, rep: int, kind: str, prefix: int, n_new: int, out: RequestOutput) -> BenchRow:
@@ -126,7 +131,41 @@ def _with_worker(row: BenchRow, before: dict | None, after: dict | None) -> Benc
         row.worker_skipped = after["skipped"] - before["skipped"]
         row.worker_ms = after["cpu_ms"] - before["cpu_ms"]
         row.worker_wait_ms = after["wait_ms"] - before["wait_ms"]
+        if "routes" in after and "routes" in before:
+            row.worker_routes = after["routes"] - before["routes"]
+            row.worker_compute_ms = after["compute_ms"] - before["compute_ms"]
+            row.worker_by_routes = json.dumps(by_routes_delta(before.get("by_routes", []), after.get("by_routes", [])))
     return row
+
+
+def by_routes_delta(before: list, after: list) -> list[list]:
+    """GET /residency's `graph.by_routes` ([routes, layers, compute ms] per number of cold routes) over a request:
+    `after` less `before`, rows with no layer left out."""
+    b = {int(r): (int(n), float(ms)) for r, n, ms in before}
+    out = []
+    for r, n, ms in after:
+        n0, ms0 = b.get(int(r), (0, 0.0))
+        if int(n) > n0:
+            out.append([int(r), int(n) - n0, float(ms) - ms0])
+    return out
+
+
+def fit_worker_cost(rows: list[list]) -> dict[str, float]:
+    """The worker's compute time per answered layer as alpha + beta * r over the layers with r >= 1 cold routes
+    (least squares, each layer one point), from `by_routes` rows [r, layers, ms]; beta alone (alpha 0) where all
+    layers had the same r. The counterpart of the engine timers' C(r) for one graph per decode step."""
+    pts = [(int(r), int(n), float(ms)) for r, n, ms in rows if int(r) >= 1 and int(n) > 0]
+    if not pts:
+        return {}
+    n = sum(p[1] for p in pts)
+    mean_r = sum(r * k for r, k, _ in pts) / n
+    mean_t = sum(ms for _, _, ms in pts) / n
+    var_r = sum(k * (r - mean_r) ** 2 for r, k, _ in pts)
+    if var_r == 0:
+        return {"worker_alpha_ms": 0.0, "worker_beta_ms": mean_t / mean_r, "worker_fit_layers": n}
+    # sum over layers of (r - mean_r) * t = sum over r of (r - mean_r) * (sum of t over its layers)
+    beta = sum((r - mean_r) * ms for r, _, ms in pts) / var_r
+    return {"worker_alpha_ms": mean_t - beta * mean_r, "worker_beta_ms": beta, "worker_fit_layers": n}
 
 
 def _graph_step(args: list[str]) -> bool:
@@ -297,6 +336,16 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
                             "worker_skipped_share": sum(r.worker_skipped for r in w) / sum(r.worker_branches for r in w)})
                 if all(r.worker_wait_ms is not None for r in w):
                     rec["worker_wait_ms_per_step"] = sum(r.worker_wait_ms for r in w) / steps
+                if all(r.worker_routes is not None for r in w):
+                    rec.update({"worker_routes_per_step": sum(r.worker_routes for r in w) / steps,
+                                "worker_compute_ms_per_step": sum(r.worker_compute_ms for r in w) / steps})
+                    merged: dict[int, list] = {}
+                    for r in w:
+                        for k, n, ms in json.loads(r.worker_by_routes or "[]"):
+                            m = merged.setdefault(int(k), [int(k), 0, 0.0])
+                            m[1] += int(n)
+                            m[2] += float(ms)
+                    rec.update(fit_worker_cost(sorted(merged.values())))
             if base.size and e != baseline and x.size == base.size:
                 ratio = float(np.mean(x) / np.mean(base))
                 lo = hi = float("nan")

@@ -52,8 +52,17 @@ inline server_http_res_ptr ostinato_residency_response(llama_context * ctx, cons
                     {"ms", st.t_borrow_us / 1e3}, {"wait_ms", st.t_borrow_wait_us / 1e3}}},
         {"graph", {{"step", st.graph_step != 0}, {"threads", st.n_graph_threads}, {"branches", st.n_graph_branches},
                    {"skipped", st.n_graph_skipped}, {"cpu_ms", st.t_graph_cpu_us / 1e3},
-                   {"wait_ms", st.t_graph_wait_us / 1e3}}},
+                   {"wait_ms", st.t_graph_wait_us / 1e3}, {"routes", st.n_graph_routes},
+                   {"compute_ms", st.t_graph_compute_us / 1e3}}},
     };
+    // the worker's answered layers by their cold routes: [routes, layers, compute ms] where it answered any
+    json by_routes = json::array();
+    for (int r = 0; r <= LLAMA_RESIDENCY_GRAPH_ROUTES_MAX; ++r) {
+        if (st.n_graph_by_routes[r] > 0) {
+            by_routes.push_back(json::array({r, st.n_graph_by_routes[r], st.t_graph_by_routes_us[r] / 1e3}));
+        }
+    }
+    out["graph"]["by_routes"] = by_routes;
     // without timers (n_max 0 answers -1) nothing is allocated; with them, room for as many as the engine keeps
     const bool timers = llama_model_residency_timings(model, (uint64_t) after, nullptr, 0) >= 0;
     std::vector<llama_residency_timing> t(timers ? 262144 : 0);
