@@ -10,8 +10,9 @@
 #                                                  # prefixes of 3,072 and 8,192 tokens (128, 256, 511 new tokens, then
 #                                                  # decode)
 #   bash data/reference/h200/graph/run.sh reverse  # plain2/: the same sweep in reversed engine order
-#   bash data/reference/h200/graph/run.sh threads  # threads16/: ostinato-overlap and ostinato-graph with the worker on
-#                                                  # every core (--residency-worker-threads 16, the first sweep's
+#   bash data/reference/h200/graph/run.sh threads  # threads<N>/: ostinato-overlap and ostinato-graph with the worker's
+#                                                  # --residency-worker-threads N for each N of WORKER_THREADS
+#                                                  # (default 16: the worker on every core, the first sweep's
 #                                                  # worker), against the default of one thread fewer than -t
 #   bash data/reference/h200/graph/run.sh passive  # passive/: the same two engines with OMP_WAIT_POLICY=passive (the
 #                                                  # decode step's own CPU splits, e.g. deepseek4's lightning indexer,
@@ -62,7 +63,13 @@ fusion)
   done
   ;;
 passive) OMP_WAIT_POLICY=passive sweep passive "ostinato-overlap, ostinato-graph" ;;
-threads) sweep threads16 "ostinato-overlap, ostinato-graph" '"--residency-worker-threads", "16"' ;;
+threads)
+  # e.g. WORKER_THREADS="4 8": fewer threads than cores leave the llama.cpp decode threads' OpenMP team room beside
+  # the worker's (sweep2/: the worker's time hardly changed with that team asleep, OMP_WAIT_POLICY=passive)
+  for n in ${WORKER_THREADS:-16}; do
+    sweep "threads$n" "ostinato-overlap, ostinato-graph" "\"--residency-worker-threads\", \"$n\""
+  done
+  ;;
 reverse) sweep plain2 "$(echo "$ENG" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')" ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
