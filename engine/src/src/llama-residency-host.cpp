@@ -243,8 +243,7 @@ void llama_residency_host::serve(int64_t seq, int64_t branch) {
             const int64_t t1 = ggml_time_us();
             ggml_backend_graph_compute(cpu, b->gf);
             const int64_t dt = ggml_time_us() - t1;
-            n_routes       += (uint64_t) n_cold;
-            t_compute_us   += dt;
+            n_routes          += (uint64_t) n_cold;
             t_by_routes_us[r] += dt;
         } else {
             // every route of the layer is on the GPU: the branch's output is the zero rows of skipped routes

@@ -57,9 +57,9 @@ struct llama_residency_host {
     std::atomic<uint64_t> n_branches{0};   // branches answered
     std::atomic<uint64_t> n_skipped{0};    // of which all routes were resident (no CPU work)
     std::atomic<int64_t>  t_cpu_us{0};     // the worker's time on the branches (answering included)
-    std::atomic<uint64_t> n_routes{0};     // cold routes computed
-    std::atomic<int64_t>  t_compute_us{0}; // of t_cpu_us, computing the branches' graphs
-    // answered branches by their number of cold routes (the last: that many or more) and their compute time
+    std::atomic<uint64_t> n_routes{0};     // cold routes computed (the buckets below cap r)
+    // answered branches by their number of cold routes (the last: that many or more) and their compute time (of
+    // t_cpu_us; their sum is the time computing the branches' graphs)
     std::atomic<uint64_t> n_by_routes[LLAMA_RESIDENCY_GRAPH_ROUTES_MAX + 1];
     std::atomic<int64_t>  t_by_routes_us[LLAMA_RESIDENCY_GRAPH_ROUTES_MAX + 1];
 

@@ -1698,10 +1698,11 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
         out->t_graph_cpu_us   += h->t_cpu_us.load();
         out->t_graph_wait_us  += h->ch.waited[0] / 1000;
         out->n_graph_routes     += h->n_routes.load();
-        out->t_graph_compute_us += h->t_compute_us.load();
         for (int i = 0; i <= LLAMA_RESIDENCY_GRAPH_ROUTES_MAX; ++i) {
+            const int64_t t = h->t_by_routes_us[i].load();
             out->n_graph_by_routes[i]    += h->n_by_routes[i].load();
-            out->t_graph_by_routes_us[i] += h->t_by_routes_us[i].load();
+            out->t_graph_by_routes_us[i] += t;
+            out->t_graph_compute_us      += t;
         }
     }
     for (const auto & lr : r.layers) {

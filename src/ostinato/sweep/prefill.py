@@ -152,7 +152,7 @@ def by_routes_delta(before: list, after: list) -> list[list]:
 
 def fit_worker_cost(rows: list[list]) -> dict[str, float]:
     """The worker's compute time per answered layer as alpha + beta * r over the layers with r >= 1 cold routes
-    (least squares, each layer one point), from `by_routes` rows [r, layers, ms]; beta alone (alpha 0) where all
+    (least squares, each layer one point), from `by_routes` rows [r, layers, ms] (an r may come in several rows); beta alone (alpha 0) where all
     layers had the same r. The counterpart of the engine timers' C(r) for one graph per decode step."""
     pts = [(int(r), int(n), float(ms)) for r, n, ms in rows if int(r) >= 1 and int(n) > 0]
     if not pts:
@@ -339,13 +339,8 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
                 if all(r.worker_routes is not None for r in w):
                     rec.update({"worker_routes_per_step": sum(r.worker_routes for r in w) / steps,
                                 "worker_compute_ms_per_step": sum(r.worker_compute_ms for r in w) / steps})
-                    merged: dict[int, list] = {}
-                    for r in w:
-                        for k, n, ms in json.loads(r.worker_by_routes or "[]"):
-                            m = merged.setdefault(int(k), [int(k), 0, 0.0])
-                            m[1] += int(n)
-                            m[2] += float(ms)
-                    rec.update(fit_worker_cost(sorted(merged.values())))
+                    # the fit sums over layers, so the requests' rows go in as they are (an r may repeat)
+                    rec.update(fit_worker_cost([x for r in w for x in json.loads(r.worker_by_routes or "[]")]))
             if base.size and e != baseline and x.size == base.size:
                 ratio = float(np.mean(x) / np.mean(base))
                 lo = hi = float("nan")
