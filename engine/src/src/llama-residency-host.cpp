@@ -103,6 +103,10 @@ llama_residency_host::~llama_residency_host() {
 }
 
 void llama_residency_host::arm(const std::vector<llama_residency_host_branch *> * branches, int n_send) {
+    // the pool's threads wake now, while the device computes up to the step's first hand-over
+    if (tp != nullptr) {
+        tp_resume(tp);
+    }
     {
         std::lock_guard<std::mutex> lock(mutex);
         active = branches;
@@ -114,6 +118,10 @@ void llama_residency_host::arm(const std::vector<llama_residency_host_branch *> 
 
 bool llama_residency_host::finish(std::string & err) {
     n_expected.store(0, std::memory_order_release);
+    // between steps the pool's threads sleep, leaving the cores to llama.cpp's threads (prefill's above all)
+    if (tp != nullptr) {
+        tp_pause(tp);
+    }
     if (ch.error[0] == 0) {
         return true;
     }
@@ -138,13 +146,17 @@ void llama_residency_host::run() {
     // the pool is created on this thread, so ggml pins this thread (the pool's thread 0) with the others
     ggml_backend_dev_t cpu_dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     ggml_backend_reg_t reg = cpu_dev ? ggml_backend_dev_backend_reg(cpu_dev) : nullptr;
+    // a pool of its own threads (ggml-ostinato.h): an OpenMP team here would make every OpenMP wait of the process
+    // sleep instead of spin, llama.cpp's own decode and prefill threads' included
     auto * tp_new  = reg ? (struct ggml_threadpool * (*)(struct ggml_threadpool_params *))
-                           ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_new") : nullptr;
+                           ggml_backend_reg_get_proc_address(reg, GGML_THREADPOOL_NEW_OWN_THREADS) : nullptr;
     auto * tp_set  = reg ? (void (*)(ggml_backend_t, struct ggml_threadpool *))
                            ggml_backend_reg_get_proc_address(reg, "ggml_backend_cpu_set_threadpool") : nullptr;
     auto * set_nth = reg ? (void (*)(ggml_backend_t, int))
                            ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads") : nullptr;
-    if (tp_new && tp_set && set_nth) {
+    tp_pause  = reg ? (void (*)(struct ggml_threadpool *)) ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_pause")  : nullptr;
+    tp_resume = reg ? (void (*)(struct ggml_threadpool *)) ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_resume") : nullptr;
+    if (tp_new && tp_set && set_nth && tp_pause && tp_resume) {
         ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
         tpp.poll = 100;
 #if defined(__linux__)
@@ -162,11 +174,12 @@ void llama_residency_host::run() {
             pinned = true;
         }
 #endif
-        tp  = tp_new(&tpp);
+        tp  = tp_new(&tpp); // (created running: that places this thread, the pool's thread 0, on its core)
         cpu = ggml_backend_dev_init(cpu_dev, nullptr);
         if (tp != nullptr && cpu != nullptr) {
             set_nth(cpu, n_threads);
             tp_set(cpu, tp);
+            tp_pause(tp); // asleep until the first step (arm)
         }
     }
     {

@@ -71,7 +71,9 @@ struct llama_residency_host {
     ggml_backend_buffer_t buf_dev  = nullptr; // the counter
     bool                  failed   = false;   // a receive timed out: later graphs take per-segment graphs
     ggml_backend_t        cpu      = nullptr;
-    struct ggml_threadpool * tp    = nullptr;
+    struct ggml_threadpool * tp    = nullptr; // threads of its own (GGML_THREADPOOL_NEW_OWN_THREADS), asleep between steps
+    void (*tp_pause)(struct ggml_threadpool *)  = nullptr;
+    void (*tp_resume)(struct ggml_threadpool *) = nullptr;
 
     std::thread             thread;
     std::mutex              mutex;

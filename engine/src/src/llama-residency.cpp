@@ -1570,19 +1570,6 @@ int32_t llama_model_residency_set_borrow(struct llama_model * model, const struc
     return 0;
 }
 
-// whether the CPU backend was built with a feature (its "name = 1" in the system info), e.g. OPENMP
-static bool residency_cpu_feature(const char * name) {
-    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    ggml_backend_reg_t reg = cpu ? ggml_backend_dev_backend_reg(cpu) : nullptr;
-    auto * get = reg ? (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features") : nullptr;
-    for (ggml_backend_feature * f = get ? get(reg) : nullptr; f != nullptr && f->name != nullptr; ++f) {
-        if (strcmp(f->name, name) == 0) {
-            return strcmp(f->value, "0") != 0;
-        }
-    }
-    return false;
-}
-
 int32_t llama_model_residency_set_graph(struct llama_model * model, bool step, int32_t n_threads, double timeout_ms) {
     if (model->residency == nullptr) {
         LLAMA_LOG_ERROR("%s: one graph per decode step needs a residency plan (its pools)\n", __func__);
@@ -1636,13 +1623,11 @@ int32_t llama_model_residency_set_graph(struct llama_model * model, bool step, i
         }
         rsd.hosts.push_back(std::move(h));
     }
-    // an OpenMP build of the CPU backend computes a graph on an OpenMP team that ggml places on the cores at each
-    // graph (ggml's own thread pool creates and places its threads once, here)
-    const bool omp = residency_cpu_feature("OPENMP");
+    // the workers' pools have threads of their own, created and placed once (ggml-ostinato.h), in every build
     LLAMA_LOG_INFO("%s: decode steps compute as one graph per device: %zu resident CPU worker(s) of %d threads take "
-                   "the cold routes, %s (answer within %.0f ms)\n", __func__, rsd.hosts.size(), n_threads,
-                   !rsd.hosts.front()->pinned ? "not pinned (this process may use fewer cores)" :
-                   omp ? "pinned to the first cores at each graph (an OpenMP build)" : "pinned to the first cores", timeout_ms);
+                   "the cold routes, %s, asleep between steps (answer within %.0f ms)\n", __func__, rsd.hosts.size(),
+                   n_threads, rsd.hosts.front()->pinned ? "pinned to the first cores" :
+                   "not pinned (this process may use fewer cores)", timeout_ms);
     return 0;
 }
 

@@ -15,6 +15,11 @@
 //            that does not answer: the first receive records its branch in the channel's error word after the
 //            timeout, the later one returns at once, and the graph finishes.
 //
+// A CPU thread pool of its own threads (ggml_threadpool_new_own_threads, ggml-ostinato.h: the residency worker's):
+//   pool   - a graph of marked MUL_MAT_IDs, a GLU and a sum over the routes (the CPU branch of a layer) computed by a CPU
+//            backend on such a pool, three times, asleep (ggml_threadpool_pause) in between, gives bitwise what the
+//            CPU backend computes on its own threads (an OpenMP team in an OpenMP build); 2 and 4 threads.
+//
 // usage: test-residency-ops [-b <backend name>] [-v]    exit status 0 when every case passes
 
 #include "ggml.h"
@@ -225,6 +230,62 @@ static void test_cpu(const mmid_case & c, ggml_backend_t cpu, int n_threads, std
         snprintf(detail, sizeof(detail), "NMSE of hot rows = %.3g (<= 1e-6), %zu nonzero values in cold rows", err, nz);
         res.report("cpu", name, done && err <= 1e-6 && nz == 0 && !std::isnan(err), detail);
     }
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
+// pool: a layer's CPU branch on a pool of its own threads against the CPU backend's own threads, bitwise
+static void test_pool(const mmid_case & c, ggml_backend_t cpu, int n_threads, std::mt19937 & rng, result_counter & res) {
+    const mmid_routes r = make_routes(c, rng);
+    const auto wg = make_weights(c, rng);
+    const auto wu = make_weights(c, rng);
+    const auto x  = make_input(c, rng);
+    std::vector<int32_t> ids_skip(r.ids);
+    for (size_t i = 0; i < ids_skip.size(); ++i) {
+        ids_skip[i] = r.cold[i] ? r.ids[i] : -1; // the CPU branch computes the cold routes
+    }
+
+    ggml_context * ctx = make_ctx(16);
+    ggml_tensor * gate = new_as(ctx, c, c.n_as);
+    ggml_tensor * up   = new_as(ctx, c, c.n_as);
+    ggml_tensor * b    = new_b(ctx, c);
+    ggml_tensor * ids  = new_ids(ctx, c);
+    ggml_tensor * g    = mark_skip(ggml_mul_mat_id(ctx, gate, b, ids));
+    ggml_tensor * u    = mark_skip(ggml_mul_mat_id(ctx, up, b, ids));
+    ggml_tensor * h    = ggml_swiglu_split(ctx, g, u);
+    ggml_tensor * out  = ggml_sum_rows(ctx, ggml_cont(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, h, h->ne[0], h->ne[1]*h->ne[2]))));
+    ggml_cgraph * gf   = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, cpu);
+    ggml_backend_tensor_set(gate, wg.data(), 0, wg.size());
+    ggml_backend_tensor_set(up, wu.data(), 0, wu.size());
+    ggml_backend_tensor_set(b, x.data(), 0, x.size() * sizeof(float));
+    ggml_backend_tensor_set(ids, ids_skip.data(), 0, ids_skip.size() * sizeof(int32_t));
+
+    const std::string name = c.name() + ",threads=" + std::to_string(n_threads);
+    ggml_backend_cpu_set_n_threads(cpu, n_threads);
+    bool done = ggml_backend_graph_compute(cpu, gf) == GGML_STATUS_SUCCESS;
+    const auto ref = get_f32(out);
+
+    ggml_backend_t own = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+    ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
+    ggml_threadpool * tp = ggml_threadpool_new_own_threads(&tpp);
+    ggml_backend_cpu_set_n_threads(own, n_threads);
+    ggml_backend_cpu_set_threadpool(own, tp);
+    int n_same = 0;
+    for (int run = 0; run < 3; ++run) {
+        fill_nan(out);
+        ggml_threadpool_resume(tp);
+        done = done && ggml_backend_graph_compute(own, gf) == GGML_STATUS_SUCCESS;
+        ggml_threadpool_pause(tp);
+        const auto a = get_f32(out);
+        n_same += a.size() == ref.size() && memcmp(a.data(), ref.data(), a.size() * sizeof(float)) == 0;
+    }
+    ggml_backend_free(own);
+    ggml_threadpool_free(tp);
+    char detail[96];
+    snprintf(detail, sizeof(detail), "%d of 3 runs bitwise the CPU backend's own threads'", n_same);
+    res.report("pool", name, done && n_same == 3, detail);
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
 }
@@ -486,6 +547,13 @@ int main(int argc, char ** argv) {
     if (only.empty() || only == ggml_backend_name(cpu)) {
         for (bool answer : { true, false }) {
             test_branch(cpu, ggml_backend_get_device(cpu), answer, res);
+        }
+        for (const auto & c : cases) {
+            if (c.type == GGML_TYPE_MXFP4 || c.type == GGML_TYPE_Q8_0) {
+                for (int n_threads : { 2, 4 }) {
+                    test_pool(c, cpu, n_threads, rng, res);
+                }
+            }
         }
     }
     ggml_backend_cpu_set_n_threads(cpu, 4);

@@ -17,6 +17,12 @@
 #   bash data/reference/h200/graph/run.sh passive  # passive/: the same two engines with OMP_WAIT_POLICY=passive (the
 #                                                  # decode step's own CPU splits, e.g. deepseek4's lightning indexer,
 #                                                  # leave an OpenMP team that spins beside the worker's threads)
+#   bash data/reference/h200/graph/run.sh teams    # teams-t<T>-w<W>/: ostinato-graph (and ostinato-overlap: a sweep
+#                                                  # compares two engines at least) with T decode threads (-t T; prefill
+#                                                  # keeps -tb BATCH_THREADS, default 16) and a worker of W threads, for
+#                                                  # each T:W of TEAMS (default "8:8 4:12 2:14"): the worker's pool has
+#                                                  # threads of its own (patch 17), which spin through a step on their
+#                                                  # cores, so llama.cpp's decode threads take the cores it leaves
 #   bash data/reference/h200/graph/run.sh fusion   # fusion/: the qwen3moe case of the bitwise test of one graph per
 #                                                  # step against per-segment graphs, as built and with CUDA's fusions
 #                                                  # off (GGML_CUDA_DISABLE_FUSION=1), the server logs kept; it needs
@@ -29,7 +35,7 @@
 # (53 MB) does not fit the carry beside the tree and .whl/.
 # Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|reverse|threads|passive|fusion}
+part=${1:?usage: run.sh build|sweep|reverse|threads|teams|passive|fusion}
 here=$(cd "$(dirname "$0")" && pwd)
 export OUT=${OUT:-$here}
 mkdir -p "$OUT"
@@ -68,6 +74,13 @@ threads)
   # the worker's (sweep2/: the worker's time hardly changed with that team asleep, OMP_WAIT_POLICY=passive)
   for n in ${WORKER_THREADS:-16}; do
     sweep "threads$n" "ostinato-overlap, ostinato-graph" "\"--residency-worker-threads\", \"$n\""
+  done
+  ;;
+teams)
+  for tw in ${TEAMS:-8:8 4:12 2:14}; do
+    t=${tw%%:*}; w=${tw##*:}
+    sweep "teams-t$t-w$w" "ostinato-graph, ostinato-overlap" \
+        "\"-t\", \"$t\", \"-tb\", \"${BATCH_THREADS:-16}\", \"--residency-worker-threads\", \"$w\""
   done
   ;;
 reverse) sweep plain2 "$(echo "$ENG" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')" ;;

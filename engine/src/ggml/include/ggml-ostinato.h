@@ -78,6 +78,16 @@ GGML_API struct ggml_tensor * ggml_host_branch_recv(
         int64_t                    ne2,
         int64_t                    ne3);
 
+// The CPU backend (ggml-cpu.c): a thread pool whose threads are its own, created and placed on their cores once, in
+// every build. In an OpenMP build (llama.cpp's default) ggml_threadpool_new's graphs run on an OpenMP team of the calling
+// thread instead, which a second such team in the process (the residency worker's, src/llama-residency-host.cpp)
+// slows: libgomp then counts more threads than cores and makes every waiting thread of both teams sleep at once, at
+// each barrier between two nodes, instead of spinning. A pool of its own threads polls and sleeps as ggml's pools do in a
+// build without OpenMP (its `poll`; ggml_threadpool_pause puts its threads to sleep). Got through
+// ggml_backend_reg_get_proc_address(cpu_reg, GGML_THREADPOOL_NEW_OWN_THREADS).
+#define GGML_THREADPOOL_NEW_OWN_THREADS "ggml_threadpool_new_own_threads"
+struct ggml_threadpool * ggml_threadpool_new_own_threads(struct ggml_threadpool_params * params);
+
 #ifdef __cplusplus
 }
 #endif
