@@ -390,7 +390,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
                                 "measured (h200, reference, borrowed memory)":
                                     str(REPO / "data/reference/h200/borrow/thread/sweep/summary.json"),
                                 "measured (h200, reference, one graph per step)":
-                                    str(REPO / "data/reference/h200/graph/sweep2/plain/summary.json")}}
+                                    str(REPO / "data/reference/h200/graph/sweep3/plain/summary.json")}}
     fit = {"n_moe_layer": 2, "k": 2, "tpot_ms": {"0": 5.0, "1": 5.6, "2": 6.0}, "beta_ms": 0.1,
            "alpha_minus_gamma0_ms": 0.2, "decode_fit_residual_ms": 0.0, "cpu_route_ms": 0.1,
            "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}
