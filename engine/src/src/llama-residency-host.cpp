@@ -118,11 +118,12 @@ void llama_residency_host::arm(const std::vector<llama_residency_host_branch *> 
 
 bool llama_residency_host::finish(std::string & err) {
     n_expected.store(0, std::memory_order_release);
-    // between steps the pool's threads sleep, leaving the cores to llama.cpp's threads (prefill's above all)
-    if (tp != nullptr) {
-        tp_pause(tp);
-    }
     if (ch.error[0] == 0) {
+        // every hand-over was answered, so the pool is past its last graph: between steps its threads sleep, leaving
+        // the cores to llama.cpp's threads (prefill's above all)
+        if (tp != nullptr) {
+            tp_pause(tp);
+        }
         return true;
     }
     char msg[256];
@@ -136,6 +137,12 @@ bool llama_residency_host::finish(std::string & err) {
     const auto t_end = std::chrono::steady_clock::now() + std::chrono::milliseconds((int64_t) std::max(1000.0, timeout_ms));
     while (serving.load() && std::chrono::steady_clock::now() < t_end) {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (tp != nullptr && !serving.load()) {
+        // (a worker still on a branch keeps its pool awake: pausing it between a graph's start and its threads
+        // taking it up would leave the worker waiting at the graph's first barrier; the pool's threads sleep by
+        // themselves once they have polled long enough)
+        tp_pause(tp);
     }
     std::lock_guard<std::mutex> lock(mutex);
     active = nullptr;
