@@ -250,14 +250,15 @@ class Facts:
     def residency_ops(self, log_txt: str) -> pd.DataFrame:
         """The cases of a `test-residency-ops -v` log: `kind` (`cpu`: marked against unmarked nodes, with `threads`;
         `sched`: a scheduler with `backend`; `branch`: GGML_OP_HOST_BRANCH on `backend`, its `case` answered or
-        unanswered), op, status and the case's parameters as columns. Lines that CUDA's
+        unanswered; `pool`: a layer's CPU branch on a thread pool of its own threads, with `threads`), op, status and the
+        case's parameters as columns. Lines that CUDA's
         warm-up messages split are joined first."""
         text = re.sub(r"ggml_backend_cuda_graph_compute: CUDA graph warmup (?:complete|reset)\n", "",
                       self.ld.text(log_txt))
         rows = [{"kind": kind, "op": op, "status": status, "threads": threads or None, "backend": backend or None,
                  "case": params if "=" not in params else None, **self._params(params)}
                 for kind, op, params, threads, backend, status in re.findall(
-                    r"^\s*(cpu|sched|branch)\s+(\w+)\((.*?)\)(?:,threads=(\d+)|,(\w+)): (OK|FAIL)", text, re.M)]
+                    r"^\s*(cpu|sched|branch|pool)\s+(\w+)\((.*?)\)(?:,threads=(\d+)|,(\w+)): (OK|FAIL)", text, re.M)]
         if not rows:
             raise ValueError(f"{log_txt}: no test-residency-ops cases")
         return pd.DataFrame(rows)
