@@ -11,6 +11,8 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"  # snakemake --report report.html: the verdict first, then every result
 
 
+# a config file leaves out an engine of the embedded default by setting it to null (config/README.md, replay.engines)
+config["replay"]["engines"] = {k: v for k, v in config["replay"]["engines"].items() if v is not None}
 validate(config, "workflow/schemas/config.schema.yaml")  # also fills in every default the schema holds
 
 

@@ -64,6 +64,19 @@ def test_borrow_replays_take_their_parameters_from_the_development_sessions(tmp_
     assert "rule summarize_replay:" not in proc.stdout and "rule replay:" not in proc.stdout  # ... or alone
     runs = [l for l in proc.stdout.splitlines() if "ostinato replay run" in l and "bitwise/tau2-heldout" in l]
     assert len(runs) == 2 and all("--server-arg=--residency-borrow --server-arg=all" in l for l in runs), runs
+    # the GPU config's ostinato takes one graph per decode step; its variants go back to per-segment graphs,
+    # overlapped and in turn (a later flag overrides an earlier one)
+    proc = _snakemake("results/replay/bitwise/tau2-heldout/inturn.json", "-n", "-p", "--forceall", "--cores", "16",
+                      "--configfile", "config/h200.yaml", str(alone))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = {l.split("--out ")[1].split()[0]: l for l in proc.stdout.splitlines()
+            if "ostinato replay run" in l and "bitwise/tau2-heldout" in l}
+    assert set(runs) == {"results/replay/bitwise/tau2-heldout/.partial-base",
+                         "results/replay/bitwise/tau2-heldout/.partial-inturn"}, runs
+    assert all("--preset ostinato-graph" in l for l in runs.values()), runs
+    assert ("--server-arg=--residency-borrow --server-arg=all --server-arg=--residency-graph --server-arg=segments "
+            "--server-arg=--residency-branches --server-arg=inturn") in runs[
+        "results/replay/bitwise/tau2-heldout/.partial-inturn"], runs
 
 
 def test_replays_are_declared_outputs_that_forcerun_measures_again():

@@ -1,6 +1,7 @@
 # Helpers of stage artifact (its rules: workflow/rules/artifact.smk): the verdict's inputs, the local-agent check and
 # the report's sections.
 from ostinato.artifact.checks import load_claims
+from ostinato.presets import preset
 
 ARTIFACT_CLAIMS = "artifact/claims.yaml"
 ARTIFACT_SCHEMA = "artifact/claims.schema.json"
@@ -67,9 +68,13 @@ def claims_inputs(wildcards):
 
 def agent_server_args():
     """`ostinato artifact agent` options of the replay's `ostinato` engine: its preset's flags (every layer on the
-    GPU, Np) and its own server arguments."""
+    GPU, Np, its decode design) but the plan, which the check passes itself, and its own server arguments."""
     e = REPLAY["engines"].get("ostinato", {})
-    args = ["-ngl", "99", "--residency-upload-min", str(REPLAY_RESIDENCY["upload_min"])] + list(e.get("server_args", []))
+    args = list(preset(e.get("preset", "ostinato"), None, plan="-", upload_min=REPLAY_RESIDENCY["upload_min"]).server_args)
+    if "--residency-plan" in args:
+        i = args.index("--residency-plan")
+        args = args[:i] + args[i + 2:]
+    args += list(e.get("server_args", []))
     return " ".join(f"--server-arg={a}" for a in args)
 
 

@@ -3,9 +3,10 @@
 # engine of replay.engines, replay.repeats runs in alternating engine order, the calibrated-router model). The whole
 # replay takes far more than one device session, so it runs in calls of at most ten minutes and resumes across
 # sessions from what the previous ones brought back. Run from the repository root on the GPU machine:
-#   bash data/reference/h200/heldout/run.sh build    # CUDA build of stock and ostinato with the op tests, then the
-#                                                    # model and the plans (snakemake) while the engine tests run on
-#                                                    # the GPU (TESTS=0: not), then the replay for the time left
+#   bash data/reference/h200/heldout/run.sh build    # CUDA build of stock and ostinato with the op tests (OP_TESTS=0:
+#                                                    # without), then the model and the plans (snakemake) while the
+#                                                    # engine tests run on the GPU (TESTS=0: not), then the replay
+#                                                    # for the time left
 #   bash data/reference/h200/heldout/run.sh replay   # snakemake TARGETS (the timed replays' summary, then the
 #                                                    # bitwise check) for CALL seconds; call again until complete
 # Carried (the GPU machine reaches no package index and no trace source):
@@ -40,7 +41,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
 # config/h200.yaml with the CUDA engine built from the carried tree; BITWISE_ALONE=1 adds replay.bitwise.after_replays:
-# false, so that TARGETS=results/replay/bitwise/tau2-heldout/overlap.json runs the whole-session bitwise check alone
+# false, so that TARGETS="results/replay/bitwise/tau2-heldout/overlap.json results/replay/bitwise/tau2-heldout/inturn.json"
+# runs the whole-session bitwise check alone
 CONFIG=(--configfile config/h200.yaml)
 if [ "${BITWISE_ALONE:-0}" = 1 ]; then
   printf 'replay:\n  bitwise:\n    after_replays: false\n' > "$OUT/bitwise-alone.yaml"
@@ -55,7 +57,8 @@ if [ "$part" != build ] && [ -f .prebuilt/engine-cuda.json ]; then
   ost engine unpack-build --from .prebuilt --out build/engine
 fi
 # the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
-TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json}
+TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json
+  results/replay/bitwise/tau2-heldout/inturn.json}
 # the engine code (sources fingerprint, `ostinato engine build`'s manifest) of commit 2687657, which the replays carried
 # from before their runs.json recorded the build ran: run1/ and run1-repeat/ of this folder
 LEGACY_SOURCES="stock=34802f6948a24845ec79ea84ee75d5d013d28f137ed5c1429cd081d8a13f9c82
@@ -142,7 +145,8 @@ replay() {
 case "$part" in
 build)
   { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
-  ost engine build --backend cuda --op-tests --variants stock,ostinato \
+  # OP_TESTS=0: without test-backend-ops and test-residency-ops (they ran on this engine code in an earlier session)
+  ost engine build --backend cuda $([ "${OP_TESTS:-1}" = 1 ] && echo --op-tests) --variants stock,ostinato \
       --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \
       | tee "$OUT/build.txt"
   echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
