@@ -205,3 +205,27 @@ def test_compare_counts_sessions_under_foreign_load(tmp_path: Path):
     assert (old.table["load_unknown_sessions"] == 2).all() and (old.table["foreign_load_sessions"] == 0).all()
     save_comparison(old, tmp_path / "old")
     assert "| unknown" in (tmp_path / "old.md").read_text() and "4 unknown" in (tmp_path / "old.md").read_text()
+
+
+def test_compare_clean_only_leaves_out_sessions_under_foreign_load(tmp_path: Path, capsys):
+    """`--clean-only`: a session that any compared engine replayed under foreign load leaves the paired comparison
+    for every engine; the note says why sessions were dropped; nothing clean left is an error, not an empty table."""
+    df = session_rows({"stock": [10.0, 20.0, 30.0], "ostinato": [5.0, 10.0, 15.0]})
+    df.loc[0, "total_request_s"] = 100.0  # stock's s00 slowed by other work: the saving it shows is not the engine's
+    df["load_flag"] = ["foreign load", "clean", "clean", "clean", "clean", "clean"]
+    df["load_threshold"] = 0.1
+    every = compare_engines(df, cfg=FAST)
+    clean = compare_engines(df, cfg=CompareConfig(n_resamples=999, clean_only=True))
+    assert every.kept == ["s00", "s01", "s02"] and clean.kept == ["s01", "s02"] and clean.dropped == ["s00"]
+    t = clean.table.set_index("engine")
+    assert t.loc["stock", "saved_pct"] == pytest.approx(50.0) and t.loc["stock", "foreign_load_sessions"] == 0
+    assert every.table.set_index("engine").loc["stock", "saved_pct"] == pytest.approx(80.0)
+    df.to_csv(tmp_path / "s.csv", index=False)
+    assert ostinato.cli.main(["replay", "compare", "--sessions", str(tmp_path / "s.csv"), "--clean-only",
+                              "--n-resamples", "999", "--out", str(tmp_path / "c")]) == 0
+    assert "2 sessions completed by every engine and under no foreign load in any (1 dropped)" in (
+        tmp_path / "c.md").read_text()
+    assert "s00" in capsys.readouterr().err
+    df["load_flag"] = "foreign load"
+    with pytest.raises(ValueError, match="without foreign load"):
+        compare_engines(df, cfg=CompareConfig(n_resamples=999, clean_only=True))

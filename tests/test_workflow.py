@@ -286,3 +286,19 @@ def test_capacity_budget_sizes_the_pool_and_every_preset(tmp_path):
     assert "--capacity results/residency/memory/tiny-v4.capacity.json" in proc.stdout
     assert "--expert-capacity results/residency/memory/tiny-v4.capacity.json" in proc.stdout
     assert "--resident-share" not in proc.stdout
+
+
+def test_a_config_file_leaves_out_a_default_engine_by_null(tmp_path):
+    """`replay.engines.<engine>: null` in a config file on top of the default drops that engine from every replay
+    (config/h200.yaml drops `ostinato-borrow`), and the local-agent check starts `ostinato` with its preset's flags."""
+    drop = tmp_path / "drop.yaml"
+    drop.write_text("replay:\n  engines:\n    buun: null\n")
+    proc = _snakemake("-n", "-p", "--forceall", "--cores", "1", "results/replay/sessions.csv", "--configfile", str(drop))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--engine-name buun" not in proc.stdout and "--engine-name ostinato-borrow" in proc.stdout
+    proc = _snakemake("-n", "-p", "--forceall", "--cores", "16", "results/replay/sessions.csv",
+                      "results/artifact/local_agent.json", "--configfile", "config/h200.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--engine-name ostinato-borrow" not in proc.stdout and "--engine-name buun" in proc.stdout
+    agent = next(line for line in proc.stdout.splitlines() if "ostinato artifact agent" in line)
+    assert "--server-arg=--residency-graph --server-arg=step" in agent and "--residency-plan" not in agent

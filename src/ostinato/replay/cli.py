@@ -134,6 +134,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="scipy.stats.bootstrap method (default BCa)")
     c.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     c.add_argument("--machine", default="", help="machine label of the `measured (<machine>)` series (default from the CSV)")
+    c.add_argument("--clean-only", action="store_true",
+                   help="leave out the sessions any compared engine replayed under foreign load (their `load_flag`)")
     c.add_argument("--out", required=True, type=Path, help="output stem: writes STEM.csv and STEM.md")
     c.set_defaults(func=compare_cmd)
 
@@ -291,7 +293,8 @@ def compare_cmd(args: argparse.Namespace) -> int:
         if p is not None and not p.is_file():
             raise FileNotFoundError(f"{p} not found (expected a `replay summarize` CSV)")
     cfg = CompareConfig(target=args.target, engines=tuple(args.engines), confidence=args.confidence,
-                        n_resamples=args.n_resamples, method=args.ci_method, seed=args.seed, machine=args.machine)
+                        n_resamples=args.n_resamples, method=args.ci_method, seed=args.seed, machine=args.machine,
+                        clean_only=args.clean_only)
     try:
         requests = pd.read_csv(args.requests) if args.requests is not None else None
         sessions = pd.read_csv(args.sessions)

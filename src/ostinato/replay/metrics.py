@@ -42,6 +42,7 @@ class CompareConfig:
     method: CiMethod = "BCa"
     seed: int = 0
     machine: str = ""  # label for the `series` column; empty: from the CSV's `machine` column
+    clean_only: bool = False  # leave out a session that any compared engine replayed under foreign load
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Comparison:
     table: pd.DataFrame
     kept: list[str]
     dropped: list[str] = field(default_factory=list)
+    clean_only: bool = False  # whether sessions under foreign load were dropped too
     machine: str = ""
 
 
@@ -92,12 +94,16 @@ def as_bool(s: pd.Series) -> pd.Series:
     return s.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
 
 
-def complete_sessions(sessions: pd.DataFrame, engines: list[str]) -> tuple[list[str], list[str]]:
-    """Split session ids into those every engine completed (a row, session_ok, a total) and the rest."""
+def complete_sessions(sessions: pd.DataFrame, engines: list[str],
+                      clean_only: bool = False) -> tuple[list[str], list[str]]:
+    """Split session ids into those every engine completed (a row, session_ok, a total; with `clean_only` also not
+    flagged `foreign load`) and the rest."""
     df = sessions[sessions["engine"].isin(engines)]
     ok = pd.to_numeric(df["total_request_s"], errors="coerce").notna()
     if "session_ok" in df:
         ok &= as_bool(df["session_ok"])
+    if clean_only and "load_flag" in df:
+        ok &= df["load_flag"].astype(str) != FOREIGN
     done = df[ok].groupby("session")["engine"].nunique()
     every = set(done[done == len(engines)].index)
     all_ids = sorted(set(sessions["session"].astype(str)))
@@ -167,9 +173,10 @@ def compare_engines(sessions: pd.DataFrame, requests: pd.DataFrame | None = None
     if requests is not None:
         requests = requests.assign(engine=requests["engine"].astype(str), session=requests["session"].astype(str))
     engines = [cfg.target, *others]
-    kept, dropped = complete_sessions(sessions, engines)
+    kept, dropped = complete_sessions(sessions, engines, cfg.clean_only)
     if not kept:
-        raise ValueError(f"no session was completed by every engine of {engines}")
+        raise ValueError(f"no session was completed by every engine of {engines}"
+                         + (" without foreign load" if cfg.clean_only else ""))
     machine = _machine_label(sessions, cfg)
     groups = sorted({workload_of(s) for s in sessions["session"]})
     names = groups + [ALL] if len(groups) > 1 else [groups[0] or ALL]
@@ -181,7 +188,7 @@ def compare_engines(sessions: pd.DataFrame, requests: pd.DataFrame | None = None
         rows += _group_rows(sessions, requests, cfg, engines, group_kept, n_dropped, name, machine)
     table = pd.DataFrame(rows).reindex(columns=COMPARE_COLUMNS)
     table["won"] = table["won"].astype("Int64")
-    return Comparison(table=table, kept=kept, dropped=dropped, machine=machine)
+    return Comparison(table=table, kept=kept, dropped=dropped, machine=machine, clean_only=cfg.clean_only)
 
 
 def _group_rows(sessions: pd.DataFrame, requests: pd.DataFrame | None, cfg: CompareConfig, engines: list[str],
@@ -270,7 +277,8 @@ def save_comparison(comp: Comparison, stem: str | Path) -> list[Path]:
     with atomic_open(csv) as f:
         comp.table.to_csv(f, index=False)
     t = comp.table.iloc[0]
-    note = (f"\n{len(comp.kept)} sessions completed by every engine ({len(comp.dropped)} dropped); saved = 1 − Σ{t['target']}"
+    why = "completed by every engine" + (" and under no foreign load in any" if comp.clean_only else "")
+    note = (f"\n{len(comp.kept)} sessions {why} ({len(comp.dropped)} dropped); saved = 1 − Σ{t['target']}"
             f"/Σengine over sessions; {100 * t['confidence']:.0f}% CI: {t['ci_method']} bootstrap over sessions (paired, "
             f"{t['n_resamples']} resamples, seed {t['seed']}); medians over {t['medians_over']}.\n"
             + load_note(comp.table))
