@@ -216,24 +216,33 @@ def load_series(measured_sessions: list[str] | str, measured_requests: list[str]
     (`data/reference/<machine>/heldout/`), another model and other sessions than the reference runs': they form a
     series of their own, `measured (<reference_machine>, reference, whole sessions)`. Runs of another set of engines
     (e.g. one that compares Ostinato with buun only) form one more series each, named by their directories
-    (`..., whole sessions: <dir>`), since a series compares only the sessions that all its engines completed.
+    (`..., whole sessions: <dir>`), since a series compares only the sessions that all its engines completed; runs
+    whose directory names a series in `series.txt` (another engine build of the same engines) form one named by it.
     """
     measured = load_measured(measured_sessions, measured_requests, machine) if _as_list(measured_sessions) else empty_runs()
     simulated = load_simulated(sim_sessions, sim_requests, profile) if _as_list(sim_sessions) else empty_runs()
     label = f"{reference_machine or 'reference'}, reference"
     reference = _shipped_runs(reference_runs, label)
-    heldout = [_shipped_runs(dirs, f"{label}, whole sessions" + (f": {', '.join(Path(d).name for d in dirs)}" if i else ""))
-               for i, dirs in enumerate(_by_engine_set(_as_list(heldout_runs)))]
+    heldout = [_shipped_runs(dirs, f"{label}, whole sessions" + (f": {name}" if name else
+                                                                 f": {', '.join(Path(d).name for d in dirs)}" if i else ""))
+               for i, (name, dirs) in enumerate(_by_engine_set(_as_list(heldout_runs)))]
     return combine(measured, *heldout, reference, simulated)
 
 
-def _by_engine_set(dirs: list[Path]) -> list[list[Path]]:
-    """Shipped run directories grouped by the engines their sessions.csv lists, the first directory's group first."""
-    groups: dict[frozenset, list[Path]] = {}
+# A shipped run directory's optional one-line series name: runs of the same engines with another engine build (e.g.
+# Ostinato's decode steps as one graph per GPU) form a series of their own, named by it.
+SERIES_FILE = "series.txt"
+
+
+def _by_engine_set(dirs: list[Path]) -> list[tuple[str, list[Path]]]:
+    """Shipped run directories grouped by the engines their sessions.csv lists and their series name (`series.txt`,
+    "" without), the first directory's group first: (series name, directories) per group."""
+    groups: dict[tuple[frozenset, str], list[Path]] = {}
     for d in dirs:
         engines = _read([d / "sessions.csv"], "measured sessions", {"engine"})["engine"].astype(str)
-        groups.setdefault(frozenset(engines), []).append(d)
-    return list(groups.values())
+        name = (d / SERIES_FILE).read_text().strip() if (d / SERIES_FILE).is_file() else ""
+        groups.setdefault((frozenset(engines), name), []).append(d)
+    return [(name, group) for (_, name), group in groups.items()]
 
 
 def _shipped_runs(runs: list[str] | str, machine: str) -> Runs:
