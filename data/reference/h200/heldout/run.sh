@@ -7,6 +7,8 @@
 #                                                    # without), then the model and the plans (snakemake) while the
 #                                                    # engine tests run on the GPU (TESTS=0: not), then the replay
 #                                                    # for the time left
+#   bash data/reference/h200/heldout/run.sh tests    # the CUDA engine tests alone (TESTS_BUDGET seconds), before a
+#                                                    # replay in the same call: never beside one
 #   bash data/reference/h200/heldout/run.sh replay   # snakemake TARGETS (the timed replays' summary, then the
 #                                                    # bitwise check) for CALL seconds; call again until complete
 # Carried (the GPU machine reaches no package index and no trace source):
@@ -34,7 +36,7 @@
 # Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
 # and the snakemake log (default OUT: out/ beside this script).
 set -euo pipefail
-part=${1:?usage: run.sh build|replay}
+part=${1:?usage: run.sh build|tests|replay}
 OUT=${OUT:-$(dirname "$0")/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -142,7 +144,20 @@ replay() {
       results/routing results/models/*.json results/models/*.log 2>/dev/null || true
 }
 
+# the CUDA engine tests (tests/test_residency_engine.py) for at most TESTS_BUDGET seconds; interrupted (SIGINT) at the
+# limit, pytest still writes the outcome of the tests that ran. Never beside a timed replay: they would load its machine
+engine_tests() {
+  local t0; t0=$(date +%s)
+  OSTINATO_ENGINE_BACKEND=cuda timeout -s INT -k 20 "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
+      --basetemp=/tmp/ptest tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
+  echo "tests_seconds $(( $(date +%s) - t0 ))" >> "$OUT/tests-cuda.txt"
+  tail -4 "$OUT/tests-cuda.txt"
+}
+
 case "$part" in
+tests) [ -f .prebuilt/engine-cuda.json ] || [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
+         echo "tests: no CUDA build here (run.sh build first, on this machine)" >&2; exit 3; }
+       engine_tests ;;
 build)
   { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
   # OP_TESTS=0: without test-backend-ops and test-residency-ops (they ran on this engine code in an earlier session)
@@ -161,17 +176,11 @@ build)
   fi
   # the model, the development routing (the stock engine) and the plans, while the engine tests run on the GPU
   rc_model=0; plans "$left" > "$OUT/snakemake-plan-$(date +%s).log" 2>&1 & model_pid=$!
-  if [ "${TESTS:-1}" = 1 ]; then  # TESTS=0 when this engine's CUDA tests ran in an earlier session
-    t0=$(date +%s)
-    OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
-        --basetemp=/tmp/ptest tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
-    echo "tests_seconds $(( $(date +%s) - t0 ))" >> "$OUT/tests-cuda.txt"
-    tail -4 "$OUT/tests-cuda.txt"
-  fi
+  if [ "${TESTS:-1}" = 1 ]; then engine_tests; fi  # TESTS=0 when this engine's CUDA tests ran in an earlier session
   wait $model_pid || rc_model=$?
   echo "model and plans: snakemake rc=$rc_model after $(( $(date +%s) - start )) s"
   if [ $(( CALL - ($(date +%s) - start) )) -gt 120 ]; then replay; else echo "replay: not started, call run.sh replay"; fi
   ;;
 replay) replay ;;
-*) echo "unknown part $part" >&2; exit 2 ;;
+*) echo "unknown part $part (expected build, tests or replay)" >&2; exit 2 ;;
 esac
