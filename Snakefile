@@ -11,8 +11,10 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"  # snakemake --report report.html: the verdict first, then every result
 
 
-# a config file leaves out an engine of the embedded default by setting it to null (config/README.md, replay.engines)
-config["replay"]["engines"] = {k: v for k, v in config["replay"]["engines"].items() if v is not None}
+# a config file leaves out an engine or a bitwise variant of the embedded default by setting it to null (config/README.md)
+for mapping in (config["replay"]["engines"], config["replay"].get("bitwise", {}).get("variants") or {}):
+    for key in [k for k, v in mapping.items() if v is None]:
+        del mapping[key]
 validate(config, "workflow/schemas/config.schema.yaml")  # also fills in every default the schema holds
 
 

@@ -302,3 +302,16 @@ def test_a_config_file_leaves_out_a_default_engine_by_null(tmp_path):
     assert "--engine-name ostinato-borrow" not in proc.stdout and "--engine-name buun" in proc.stdout
     agent = next(line for line in proc.stdout.splitlines() if "ostinato artifact agent" in line)
     assert "--server-arg=--residency-graph --server-arg=step" in agent and "--residency-plan" not in agent
+
+
+def test_bitwise_variants_of_the_default_and_the_gpu_config():
+    """The default config checks in turn against overlapped and against one graph per decode step; config/h200.yaml,
+    whose ostinato takes one graph per decode step, leaves out the default's `graph` variant by null."""
+    proc = _snakemake("-n", "--forceall", "--cores", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for v in ("overlap", "graph"):
+        assert f"results/replay/bitwise/tau2-few/{v}.json" in proc.stdout
+    proc = _snakemake("-n", "--forceall", "--cores", "16", "--configfile", "config/h200.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "bitwise/tau2-heldout/inturn.json" in proc.stdout and "bitwise/tau2-heldout/overlap.json" in proc.stdout
+    assert "bitwise/tau2-heldout/graph" not in proc.stdout
