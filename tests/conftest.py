@@ -36,14 +36,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a GPU and the CUDA build (OSTINATO_ENGINE_BACKEND=cuda)"))
 
 
+def engine_request() -> BuildRequest:
+    """The build the engine tests use: every variant with the op tests by default. On a GPU machine whose build has
+    fewer (e.g. `ostinato engine build --variants stock,ostinato` without `--op-tests`, a device call's time),
+    OSTINATO_ENGINE_VARIANTS=stock,ostinato and OSTINATO_ENGINE_OP_TESTS=0 make the tests use that build as it is
+    instead of compiling the rest first; the tests that need a variant left out are skipped."""
+    sdist = os.environ.get("OSTINATO_ENGINE_SDIST")
+    names = os.environ.get("OSTINATO_ENGINE_VARIANTS", ",".join(STAGES))
+    variants = tuple(v.strip() for v in names.split(",") if v.strip())
+    unknown = [v for v in variants if v not in STAGES]
+    if unknown or not variants:
+        raise pytest.UsageError(f"OSTINATO_ENGINE_VARIANTS={names!r}: expected a comma-separated subset of "
+                                f"{','.join(STAGES)}")
+    op_tests = os.environ.get("OSTINATO_ENGINE_OP_TESTS", "1")
+    if op_tests not in ("0", "1"):
+        raise pytest.UsageError(f"OSTINATO_ENGINE_OP_TESTS={op_tests!r}: expected 0 or 1")
+    return BuildRequest(repo=REPO, out=ENGINE_OUT, backend=resolve_backend(BACKEND), variants=variants,
+                        op_tests=op_tests == "1", jobs=os.cpu_count() or 2, sdist=Path(sdist) if sdist else None)
+
+
+class BuiltVariants(dict):
+    """Bin directory per built variant; asking for one the build left out skips the test that asks."""
+
+    def __missing__(self, variant: str) -> Path:
+        pytest.skip(f"variant {variant!r} is not in this build (OSTINATO_ENGINE_VARIANTS)")
+
+
 @pytest.fixture(scope="session")
 def engine_variants() -> dict[str, Path]:
     """Bin directories of the variants (upstream, stock, ostinato); built on first use, then cached."""
-    sdist = os.environ.get("OSTINATO_ENGINE_SDIST")
-    req = BuildRequest(repo=REPO, out=ENGINE_OUT, backend=resolve_backend(BACKEND), variants=STAGES, op_tests=True,
-                       jobs=os.cpu_count() or 2, sdist=Path(sdist) if sdist else None)
+    req = engine_request()
     build(req)
-    return {v: ENGINE_OUT / v / "bin" for v in STAGES}
+    return BuiltVariants({v: ENGINE_OUT / v / "bin" for v in req.variants})
 
 
 @pytest.fixture(scope="session")

@@ -164,3 +164,26 @@ def test_x86_builds_leave_intel_amx_out_of_the_cpu_backend() -> None:
     assert f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}" in x86 and f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}" in x86
     assert "-mno-amx-int8" in NO_AMX_FLAGS
     assert not any("amx" in a for a in _cmake_args(pin, cpu, machine="aarch64"))
+
+
+def test_engine_tests_take_a_smaller_build_from_the_environment(monkeypatch):
+    """A GPU machine's build of stock and ostinato without op tests is used as it is (no upstream compiled first);
+    a test that asks for a variant left out is skipped, and a bad value is a usage error that names the variable."""
+    from conftest import BuiltVariants, engine_request
+
+    assert engine_request().variants == STAGES and engine_request().op_tests
+    monkeypatch.setenv("OSTINATO_ENGINE_VARIANTS", "stock, ostinato")
+    monkeypatch.setenv("OSTINATO_ENGINE_OP_TESTS", "0")
+    req = engine_request()
+    assert req.variants == ("stock", "ostinato") and not req.op_tests
+    built = BuiltVariants({"stock": Path("s"), "ostinato": Path("o")})
+    assert built["ostinato"] == Path("o")
+    with pytest.raises(pytest.skip.Exception, match="'upstream' is not in this build"):
+        built["upstream"]
+    monkeypatch.setenv("OSTINATO_ENGINE_VARIANTS", "stock,cuda")
+    with pytest.raises(pytest.UsageError, match="OSTINATO_ENGINE_VARIANTS='stock,cuda'"):
+        engine_request()
+    monkeypatch.setenv("OSTINATO_ENGINE_VARIANTS", "ostinato")
+    monkeypatch.setenv("OSTINATO_ENGINE_OP_TESTS", "no")
+    with pytest.raises(pytest.UsageError, match="OSTINATO_ENGINE_OP_TESTS='no'"):
+        engine_request()

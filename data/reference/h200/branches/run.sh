@@ -56,6 +56,8 @@ build)
   echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
   gzip -f "$OUT/build.log"
   t0=$(date +%s)
+  # the tests use the build above as it is (the test fixture would otherwise compile the variants and op tests it lacks)
+  OSTINATO_ENGINE_VARIANTS="${VARIANTS:-upstream,stock,ostinato}" OSTINATO_ENGINE_OP_TESTS="${OP_TESTS:-1}" \
   OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
       --basetemp=/tmp/ptest ${TESTS_K:+-k "$TESTS_K"} tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
   echo "tests_seconds $(( $(date +%s) - t0 ))" >> "$OUT/tests-cuda.txt"
