@@ -351,6 +351,17 @@ def test_result_notebook_parameters_are_checked():
         ResultParams.for_result("table3", {"n_resample": 9})
 
 
+def test_a_notebook_alone_shows_the_shipped_runs_the_default_config_names():
+    """Run without the pipeline's parameters, a result notebook shows the same shipped H200 runs as the default config."""
+    from ostinato.figures.notebook import DEFAULT_REFERENCE_RUNS, ResultParams
+
+    figures = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["figures"]
+    assert ResultParams().reference_runs == figures["reference_runs"]
+    assert ResultParams().heldout_runs == figures["reference_heldout_runs"]
+    assert DEFAULT_REFERENCE_RUNS["table4"] == figures["reference_qwen_runs"]
+    assert DEFAULT_REFERENCE_RUNS["table8"] == figures["reference_ablation_runs"]
+
+
 def test_heldout_runs_are_a_series_of_their_own():
     """The shipped whole held-out sessions (another model, other sessions) are not pooled with the reference runs."""
     from ostinato.figures.runs import load_series

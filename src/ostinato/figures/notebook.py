@@ -22,11 +22,14 @@ from ostinato.tables import save_table
 # The shipped repeated runs of the H200 machine each result shows by default (config key figures.reference_runs,
 # reference_ablation_runs for Table 8, reference_qwen_runs for Table 4).
 _H200 = "data/reference/h200"
-DEFAULT_REFERENCE_RUNS = {"table8": [f"{_H200}/ablation/run{i}" for i in (1, 2, 3)],
+# The same lists as config/config.yaml's (a test keeps them equal), so that a notebook run alone shows what the
+# pipeline's default run shows.
+DEFAULT_REFERENCE_RUNS = {"table8": [f"{_H200}/ablation/run{i}" for i in (1, 2, 3)] + [f"{_H200}/baselines/run1"],
                           "table4": [f"{_H200}/qwen/run{i}" for i in (1, 2, 3)]}
-_COMPARE = [f"{_H200}/compare/run{i}" for i in (1, 2, 3)]
+_COMPARE = [f"{_H200}/compare/run{i}" for i in (1, 2, 3)] + [f"{_H200}/baselines/run1"]
 # whole held-out sessions on the calibrated-router model (config key figures.reference_heldout_runs)
-_HELDOUT = [f"{_H200}/heldout/run1", f"{_H200}/heldout/run1-repeat", f"{_H200}/heldout/run1-buun"]
+_HELDOUT = [f"{_H200}/heldout/run1", f"{_H200}/heldout/run1-repeat", f"{_H200}/heldout/run1-buun",
+            f"{_H200}/heldout/run1-graph"]
 # Table 4 is about a Qwen3-MoE model: by default neither the default config's replay nor its simulator run counts.
 _QWEN_ONLY = {"table4"}
 
