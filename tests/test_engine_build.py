@@ -171,6 +171,8 @@ def test_engine_tests_take_a_smaller_build_from_the_environment(monkeypatch):
     a test that asks for a variant left out is skipped, and a bad value is a usage error that names the variable."""
     from conftest import BuiltVariants, engine_request
 
+    monkeypatch.delenv("OSTINATO_ENGINE_VARIANTS", raising=False)
+    monkeypatch.delenv("OSTINATO_ENGINE_OP_TESTS", raising=False)
     assert engine_request().variants == STAGES and engine_request().op_tests
     monkeypatch.setenv("OSTINATO_ENGINE_VARIANTS", "stock, ostinato")
     monkeypatch.setenv("OSTINATO_ENGINE_OP_TESTS", "0")
