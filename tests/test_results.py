@@ -384,11 +384,11 @@ def test_heldout_runs_are_a_series_of_their_own():
     assert set(buun["engine"]) == {"ostinato", "buun (policy, implemented here)"}
     assert len(runs.sessions) == len(whole) + len(buun)
     # runs of the same engines with another engine build name their series (series.txt): never pooled with run 1
-    graph = h200 / "heldout" / "run1-graph"
+    graph = h200 / "heldout" / "run1-graph-3"
     runs = load_series([], [], "", [], [], "p", [], "h200", heldout + [str(graph)])
     named = runs.sessions[runs.sessions["series"] == "measured (h200, reference, whole sessions: one graph per decode step)"]
     assert (graph / "series.txt").read_text().strip() == "one graph per decode step"
-    assert len(named) == len(pd.read_csv(graph / "sessions.csv")) and set(named["engine"]) == {"ostinato", "llama.cpp-layers"}
+    assert len(named) == len(pd.read_csv(graph / "sessions.csv")) and set(named["engine"]) == {"ostinato", "llama.cpp-layers", "buun (policy, implemented here)"}
     assert len(runs.sessions[runs.sessions["series"] == "measured (h200, reference, whole sessions)"]) == len(whole)
 
 
@@ -402,7 +402,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
               "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / r)
-                               for r in ("run1", "run1-repeat", "run1-buun", "run1-graph")],
+                               for r in ("run1", "run1-repeat", "run1-buun", "run1-graph-3")],
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
               "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/branches/sweep/summary.json"),
                                 "measured (h200, reference, borrowed memory)":
