@@ -79,7 +79,10 @@ saved = speed[speed["saved_pct"].notna()]
 workloads = list(dict.fromkeys(saved["workload"]))
 labels = list(dict.fromkeys(saved["series"]))
 n_rows = 2 if len(checks) else 1
-fig, axes = plt.subplots(n_rows, len(workloads), figsize=(5.2 * len(workloads), 3.6 * n_rows), squeeze=False)
+# each workload's panel as wide as its engines need (the measured series add engines to some workloads only)
+n_engines = [saved.loc[saved["workload"] == w, "engine"].nunique() for w in workloads]
+fig, axes = plt.subplots(n_rows, len(workloads), figsize=(max(5.2 * len(workloads), 2 + 0.9 * sum(n_engines)), 3.6 * n_rows),
+                         squeeze=False, gridspec_kw={"width_ratios": n_engines})
 for ax, w in zip(axes[0], workloads):
     d = saved[saved["workload"] == w]
     engines = list(dict.fromkeys(d["engine"]))
