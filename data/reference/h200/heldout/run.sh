@@ -32,11 +32,12 @@
 #                                   machine while it is warm, and every part but build and stage unpacks it from there
 #                                   when the index is there (`ostinato engine unpack-build`: it checks every part's
 #                                   sha256 and refuses a build of other engine sources). The H200's CUDA pack of stock
-#                                   and ostinato is about 53 MB (../graph/sweep2/build/engine-cuda.json): beside .whl/
-#                                   and .carry/ it exceeds the device's 64-MiB carry, so it goes in two calls sent
-#                                   without pause (the machine is given back 30 s after a call): `run.sh stage`
-#                                   carrying .prebuilt-parts/ (the parts) alone, then `run.sh tests`/`replay` carrying
-#                                   .whl, .carry and .prebuilt/ (the index). A replay call then needs no build.
+#                                   and ostinato is about 53 MB (../graph/sweep2/build/engine-cuda.json): with the
+#                                   tracked files, .whl/ and .carry/ it exceeds the 64 MiB that travel to the device
+#                                   in one call, so it goes in two calls sent without pause (the machine is given back
+#                                   30 s after a call): `run.sh stage` carrying .prebuilt-parts/ (all parts but the
+#                                   last) alone, then `run.sh tests`/`replay` carrying .whl, .carry and .prebuilt/ (the
+#                                   last part and the index). A replay call then needs no build.
 # PACK=1 run.sh build: after the build, its pack into $OUT/prebuilt/ (`ostinato engine pack-build`) when the call has
 # the time left (else `run.sh pack` in the next call), instead of the tests, the model and the replay.
 # Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
