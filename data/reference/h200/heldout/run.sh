@@ -183,10 +183,18 @@ pack() {
   echo "pack_seconds $(( $(date +%s) - t0 ))"; ls -l "$OUT/prebuilt"
 }
 
+# the parts that use this machine's build stop at once on a fresh machine (the build's was given back between calls,
+# or the carried pack was not unpacked): snakemake would start a build that the call cannot finish, spending the
+# device time on nothing
+need_build() {
+  [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
+    echo "$1: no CUDA build on this machine (a fresh one: the build's machine was given back); run.sh build, or run.sh" \
+         "stage carrying .prebuilt-parts and then this at once carrying .prebuilt" >&2
+    exit 3; }
+}
+
 case "$part" in
-tests) [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
-         echo "tests: no CUDA build here (run.sh build first, on this machine)" >&2; exit 3; }
-       engine_tests ;;
+tests) need_build tests; engine_tests ;;
 build)
   { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
   # OP_TESTS=0: without test-backend-ops and test-residency-ops (they ran on this engine code in an earlier session)
@@ -212,15 +220,7 @@ build)
   echo "model and plans: snakemake rc=$rc_model after $(( $(date +%s) - start )) s"
   if [ $(( CALL - ($(date +%s) - start) )) -gt 120 ]; then replay; else echo "replay: not started, call run.sh replay"; fi
   ;;
-replay) # a fresh machine (the build's was given back between calls) has no build: snakemake would start one that the
-        # call cannot finish, spending the device time on nothing
-        [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
-          echo "replay: no CUDA build on this machine (a fresh one: the build's machine was given back); run.sh build" >&2
-          exit 3; }
-        replay ;;
-pack) [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
-        echo "pack: no CUDA build on this machine (a fresh one: the build's machine was given back); run.sh build" >&2
-        exit 3; }
-      pack ;;
+replay) need_build replay; replay ;;
+pack) need_build pack; pack ;;
 *) echo "unknown part $part (expected build, tests, replay, pack or stage)" >&2; exit 2 ;;
 esac
