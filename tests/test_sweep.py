@@ -308,6 +308,29 @@ def test_sweep_cli_with_the_engine_timers_breaks_decode_steps_down(engine_varian
     assert {"borrow_copy_ms_per_step", "borrow_wait_ms_per_step", "other_ms_per_step"} <= set(summ["ostinato-borrow"])
 
 
+@pytest.mark.slow  # two servers on the CPU build
+def test_sweep_cli_runs_the_borrow_parameters_chosen_on_development_sessions(engine_variants, tiny_v4_model, llama_tree,
+                                                                           tmp_path):
+    """`ostinato sweep --borrow-params`: both presets with borrowed memory start with the slots, decay, margin and
+    copies per step that `ostinato residency borrow-tune` chose (not the engine's defaults), and the summary says which."""
+    import gzip
+    import json
+
+    chosen = {"slots": 3, "decay": 0.99, "margin": 1.0, "admit": 1, "hit_share": 0.5, "steps_hit_share": 0.5}
+    tuned = tmp_path / "borrow.json"
+    tuned.write_text(json.dumps({"chosen": chosen, "grid": []}))
+    out = tmp_path / "sweep"
+    rows = _run_sweep_cli(engine_variants, tiny_v4_model, llama_tree, out, "ostinato-borrow,ostinato-graph-borrow",
+                          "--borrow-params", str(tuned))
+    for name in ("ostinato-borrow", "ostinato-graph-borrow"):
+        log = out / f"server-{name}.log"
+        text = gzip.decompress(log.read_bytes()).decode() if log.suffix == ".gz" else log.read_text()
+        assert "borrow 3 staging slots" in text and "(decay 0.99, margin 1, 1 copies per pool and step)" in text, name
+    dec = rows[rows["kind"] == "decode"]
+    assert len(dec) == 4 and (dec["borrow_admissions"] <= dec["borrow_steps"]).all(), dec  # one copy per step at most
+    assert json.loads((out / "summary.json").read_text())["meta"]["borrow_params"] == chosen
+
+
 def test_the_workers_cost_per_cold_route_is_fitted_over_its_layers():
     """The worker's breakdown by cold routes: a request's counters less those before it, and alpha + beta * r fitted
     over the layers with cold routes (r = 0 layers compute nothing and stay out), from the rows' JSON in the summary."""

@@ -41,6 +41,22 @@ def test_default_dag_reaches_every_stage(tmp_path):
         assert rule in proc.stdout, rule
 
 
+def test_the_sweeps_borrow_presets_take_the_parameters_of_the_development_sessions():
+    """The GPU config's sweep measures Figure 8c's step 4 with what `tune_borrow` chose on the development sessions,
+    as the replays do; the default config's sweep, without a preset with borrowed memory, needs no tuning."""
+    proc = _snakemake("results/sweep/summary.json", "-n", "-p", "--forceall", "--cores", "16",
+                      "--configfile", "config/h200.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sweep = [l for l in proc.stdout.splitlines() if "ostinato sweep " in l]
+    assert "rule tune_borrow:" in proc.stdout and len(sweep) == 1, sweep
+    assert "--engines llama.cpp-layers," in sweep[0] and "ostinato-graph-borrow" in sweep[0]
+    assert "--borrow-params results/residency/replay/v4flash-slice-8-calibrated.borrow.json" in sweep[0]
+    proc = _snakemake("results/sweep/summary.json", "-n", "-p", "--forceall", "--cores", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sweep = [l for l in proc.stdout.splitlines() if "ostinato sweep " in l]
+    assert len(sweep) == 1 and "--borrow-params" not in sweep[0] and "rule tune_borrow:" not in proc.stdout
+
+
 def test_borrow_replays_take_their_parameters_from_the_development_sessions(tmp_path):
     """`ostinato-borrow`'s replay starts the engine with what `tune_borrow` chose on the development set's recorded
     routing (never the held-out sessions); the GPU config's bitwise check adds borrowed memory to both its replays."""

@@ -10,6 +10,7 @@ rule sweep_prefill:
         ostinato=engine_bin("ostinato"),
         model=f"models/{REPLAY_MODEL}.gguf",
         tree=f"{ENGINE_DIR}/stock/manifest.json",
+        borrow=sweep_borrow(),
     output:
         rows="results/sweep/rows.csv",
         summary="results/sweep/summary.json",

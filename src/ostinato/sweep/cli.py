@@ -11,7 +11,8 @@ from pathlib import Path
 from ostinato.args import int_list
 from ostinato.atomic import atomic_open
 from ostinato.models.gguf_shape import moe_shape_from_gguf
-from ostinato.presets import PLAN_RULES, RESIDENT_SHARE, UPLOAD_MIN, preset
+from ostinato.presets import BORROW_PRESETS, PLAN_RULES, RESIDENT_SHARE, UPLOAD_MIN, preset
+from ostinato.residency.borrow import read_tuned
 from ostinato.residency.budget import expert_budget_from_shape, plan_for_budget, share_budget
 from ostinato.residency.planfile import write_plan
 from ostinato.residency.profile import profile_from_traces
@@ -81,13 +82,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         f.write(json.dumps({"k": shape.n_expert_used, "budget_bytes": budget.budget_bytes, "prefix": plan.prefixes[0],
                             "placements": cold, "by_prefix": by_prefix}, indent=2) + "\n")
 
+    # the borrowed memory's parameters chosen on development sessions (`ostinato residency borrow-tune`), for the
+    # presets with borrowed memory; without them those presets run the engine's defaults
+    borrow = read_tuned(args.borrow_params) if args.borrow_params else None
     bins = Path(args.variants_dir)
     common = ["-c", str(args.ctx), "-t", str(args.threads), "-fa", "on", "--routing-force", str(bench_trace),
               "-fit", "off", "-lv", "4", *args.server_arg]
     rows = []
     for name in args.engines.split(","):
         if name in PLAN_RULES:
-            cfg = preset(name, budget, plan=str(plans[PLAN_RULES[name]][0]), upload_min=args.upload_min)
+            cfg = preset(name, budget, plan=str(plans[PLAN_RULES[name]][0]), upload_min=args.upload_min,
+                         borrow=borrow if name in BORROW_PRESETS else None)
         else:
             cfg = preset(name, budget)
         run = EngineRun(cfg, bins / cfg.variant / "bin" / "llama-server", tuple(common))
@@ -107,7 +112,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                                "n_decode": plan.n_decode, "reps": plan.reps, "upload_min": args.upload_min,
                                                "resident_share": args.resident_share, "budget_bytes": budget.budget_bytes,
                                                "engines": args.engines, "routing_profile": args.routing_profile,
-                                               "cold": cold})
+                                               "borrow_params": borrow, "cold": cold})
     for r in summ:
         print(json.dumps(r))
     return 0
@@ -141,6 +146,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--routing-profile", default="calibrated", choices=sorted(PROFILES))
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--server-arg", action="append", default=[], help="extra llama-server argument (repeat)")
+    q.add_argument("--borrow-params", default=None,
+                   help="the JSON of `ostinato residency borrow-tune`: the presets with borrowed memory "
+                        "(ostinato-borrow, ostinato-graph-borrow) run its chosen slots, decay, margin and admissions "
+                        "(default: the engine's own)")
     q.add_argument("--out", required=True, help="directory: rows.csv, summary.json, plan.json, cold.json, logs")
     q.add_argument("--no-progress", action="store_true")
     q.set_defaults(func=_cmd_sweep)
