@@ -89,7 +89,18 @@ def test_tune_grid_and_choice():
     assert [(r["decay"], r["margin"]) for r in grid] == [(0.5, 0.0), (0.5, 1.0), (0.95, 0.0), (0.95, 1.0)]
     assert all(0 < r["hit_share"] < 1 and r["decode_cold_routes"] == grid[0]["decode_cold_routes"] for r in grid)
     best = choose(grid)
-    assert best["hit_share"] == max(r["hit_share"] for r in grid)
+    assert best["hit_share"] == max(r["hit_share"] for r in grid) and best["admission_cost"] == 0.0
+    # a grid over copies per step too: with a cost per copy the choice trades borrowed routes for fewer copies
+    grid = tune(sessions, {"s/a": ids}, hot, [0, 0], slots=4, decays=[0.95, 0.99], margins=[1.0], admit=[1, 4],
+                upload_min=512)
+    assert [(r["decay"], r["admit"]) for r in grid] == [(0.95, 1), (0.95, 4), (0.99, 1), (0.99, 4)]
+    assert all(r["admissions"] <= r["steps"] for r in grid if r["admit"] == 1)
+    free, costly = choose(grid), choose(grid, admission_cost=1.0)
+    assert free["hit_share"] == max(r["hit_share"] for r in grid)
+    nets = [(r["hits"] - r["admissions"]) / r["decode_cold_routes"] for r in grid]
+    assert costly["net_share"] == pytest.approx(max(nets)) and costly["admission_cost"] == 1.0
+    assert costly["admissions_per_step"] < free["admissions_per_step"] and costly["hit_share"] < free["hit_share"]
+    assert (costly["decay"], costly["margin"], costly["admit"]) != (free["decay"], free["margin"], free["admit"])
 
 
 def test_borrow_tune_cli(tmp_path):
@@ -112,13 +123,21 @@ def test_borrow_tune_cli(tmp_path):
     rcli.register(parser.add_subparsers(dest="group"))
     base = ["residency", "borrow-tune", "--plan", str(tmp_path / "plan.json"), "--sessions", str(tmp_path / "s.jsonl"),
             "--routing", str(tmp_path), "--no-progress", "--out", str(tmp_path / "b.json")]
-    a = parser.parse_args(base + ["--decay", "0.9,0.99", "--margin", "0.25", "--slots", "3"])
+    a = parser.parse_args(base + ["--decay", "0.9,0.99", "--margin", "0.25", "--slots", "3", "--admit", "4"])
     assert a.func(a) == 0
     doc = json.loads((tmp_path / "b.json").read_text())
     assert len(doc["grid"]) == 2 and doc["chosen"]["slots"] == 3 and doc["chosen"]["decay"] in (0.9, 0.99)
-    assert doc["grid"][0]["decode_cold_routes"] > 0
+    assert doc["grid"][0]["decode_cold_routes"] > 0 and doc["chosen"]["admit"] == 4
+    # by default every combination of decay, margin and 1, 2 or 4 copies per step, each copy costing a route
+    a = parser.parse_args(base + ["--decay", "0.9", "--margin", "0.25"])
+    assert a.func(a) == 0
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert [r["admit"] for r in doc["grid"]] == [1, 2, 4] and doc["admission_cost"] == 1.0
+    best = max(doc["grid"], key=lambda r: r["net_share"])
+    assert doc["chosen"]["admit"] == best["admit"] and doc["chosen"]["net_share"] == best["net_share"]
     for bad, msg in ((["--decay", "0"], "--decay"), (["--margin", "x"], "--margin"), (["--slots", "0"], "--slots"),
-                     (["--admit", "0"], "--admit")):
+                     (["--admit", "0"], "--admit"), (["--admit", "1.5"], "--admit"),
+                     (["--admission-cost", "-1"], "--admission-cost")):
         a = parser.parse_args(base + bad)
         with pytest.raises(ValueError, match=msg):
             a.func(a)
@@ -132,3 +151,20 @@ def test_borrow_tune_cli(tmp_path):
         else:
             with pytest.raises(ValueError, match=r"swe__a.route: 200 positions, session swe/a .* needs 201"):
                 a.func(a)
+
+
+def test_the_default_admission_cost_is_the_h200s_copy_over_its_cold_route():
+    """`replay.residency.borrow.admission_cost` (config/README.md) stands for one expert's copy to the GPU in units of
+    a cold route on the CPU: the H200's calibrated profile (pinned host memory) has the two about equal."""
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    schema = yaml.safe_load((repo / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    borrow = schema["properties"]["replay"]["properties"]["residency"]["properties"]["borrow"]["properties"]
+    cost = borrow["admission_cost"]["default"]
+    prof = yaml.safe_load((repo / "data/reference/h200/branches/calibrate/profile.yaml").read_text())
+    model = prof["models"]["v4flash-slice-8-calibrated"]
+    ratio = model["upload"]["expert_ms_idle"] / model["classes"][0]["beta_ms"]
+    assert abs(cost - ratio) < 0.25, (cost, ratio)

@@ -156,7 +156,8 @@ rule tune_borrow:
         grid=lambda w: (f"--slots {REPLAY_RESIDENCY['borrow']['slots']} "
                         f"--decay {','.join(map(str, REPLAY_RESIDENCY['borrow']['decay']))} "
                         f"--margin {','.join(map(str, REPLAY_RESIDENCY['borrow']['margin']))} "
-                        f"--admit {REPLAY_RESIDENCY['borrow']['admit']} --upload-min {REPLAY_RESIDENCY['upload_min']}"),
+                        f"--admit {borrow_admits()} --admission-cost {REPLAY_RESIDENCY['borrow']['admission_cost']} "
+                        f"--upload-min {REPLAY_RESIDENCY['upload_min']}"),
     shell:
         "ostinato residency borrow-tune --plan {input.plan} --sessions {input.sessions} "
         "--routing {input.recorded}/routing {params.grid} --no-progress --out {output} > {log} 2>&1"

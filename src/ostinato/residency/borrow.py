@@ -198,27 +198,30 @@ def replay_session(slots: BorrowedSlots, requests, ids: np.ndarray, moe: list[in
 
 
 def tune(sessions: list[tuple[str, list]], routing: dict[str, np.ndarray], hot: np.ndarray, layer_pool: list[int],
-         slots: int, decays: list[float], margins: list[float], admit: int, upload_min: int,
+         slots: int, decays: list[float], margins: list[float], admit: int | list[int], upload_min: int,
          ubatch: int = 512, progress=None) -> list[dict]:
-    """Every (decay, margin) over the sessions, each session from empty slots: the share of decode's plan-cold routes
-    computed on borrowed experts, and of decode steps that computed one (the engine's counters, summed)."""
+    """Every (decay, margin, admit) over the sessions, each session from empty slots: the share of decode's plan-cold
+    routes computed on borrowed experts, of decode steps that computed one, and the copies (the engine's counters,
+    summed)."""
     moe = [l for l, p in enumerate(layer_pool) if p >= 0]
+    admits = [admit] if isinstance(admit, int) else list(admit)
     out = []
     for d in decays:
         for m in margins:
-            params = BorrowParams(slots, d, m, admit)
-            tot, cold = BorrowCounts(), 0
-            for sid, reqs in sessions:
-                s = BorrowedSlots(hot, layer_pool, params)
-                cold += replay_session(s, reqs, routing[sid], moe, upload_min, ubatch)
-                for k in ("hits", "steps", "steps_hit", "admissions", "evictions", "reclaimed"):
-                    setattr(tot, k, getattr(tot, k) + getattr(s.counts, k))
-                if progress:
-                    progress()
-            out.append({"decay": d, "margin": m, "admit": admit, "slots": slots, "decode_cold_routes": cold,
-                        "hits": tot.hits, "hit_share": tot.hits / cold if cold else 0.0, "steps": tot.steps,
-                        "steps_hit_share": tot.steps_hit / tot.steps if tot.steps else 0.0,
-                        "admissions": tot.admissions, "evictions": tot.evictions, "reclaimed": tot.reclaimed})
+            for a in admits:
+                params = BorrowParams(slots, d, m, a)
+                tot, cold = BorrowCounts(), 0
+                for sid, reqs in sessions:
+                    s = BorrowedSlots(hot, layer_pool, params)
+                    cold += replay_session(s, reqs, routing[sid], moe, upload_min, ubatch)
+                    for k in ("hits", "steps", "steps_hit", "admissions", "evictions", "reclaimed"):
+                        setattr(tot, k, getattr(tot, k) + getattr(s.counts, k))
+                    if progress:
+                        progress()
+                out.append({"decay": d, "margin": m, "admit": a, "slots": slots, "decode_cold_routes": cold,
+                            "hits": tot.hits, "hit_share": tot.hits / cold if cold else 0.0, "steps": tot.steps,
+                            "steps_hit_share": tot.steps_hit / tot.steps if tot.steps else 0.0,
+                            "admissions": tot.admissions, "evictions": tot.evictions, "reclaimed": tot.reclaimed})
     return out
 
 
@@ -243,7 +246,18 @@ def read_borrow_params(path, n_expert: int) -> BorrowParams:
         raise ValueError(f"{path}: chosen: {e}") from e
 
 
-def choose(grid: list[dict]) -> dict:
-    """The grid row with the largest hit share (ties: the first in grid order)."""
-    best = max(grid, key=lambda r: r["hit_share"])
-    return {k: best[k] for k in ("decay", "margin", "admit", "slots", "hit_share", "steps_hit_share")}
+def net_share(row: dict, admission_cost: float) -> float:
+    """What borrowing saves, as a share of decode's plan-cold routes: the routes computed on borrowed experts less
+    `admission_cost` routes for every copy (an expert's copy to the GPU, in units of a cold route's time on the CPU)."""
+    cold = row["decode_cold_routes"]
+    return (row["hits"] - admission_cost * row["admissions"]) / cold if cold else 0.0
+
+
+def choose(grid: list[dict], admission_cost: float = 0.0) -> dict:
+    """The grid row that saves the most, `net_share` (ties: the first in grid order); with no admission cost, the
+    largest hit share. Every copy costs: on the H200 the copies lengthened the decode step while it ran, so parameters
+    that buy a few more borrowed routes with many more copies made decode slower (data/reference/h200/borrow/)."""
+    best = max(grid, key=lambda r: net_share(r, admission_cost))
+    return {**{k: best[k] for k in ("decay", "margin", "admit", "slots", "hit_share", "steps_hit_share")},
+            "admissions_per_step": best["admissions"] / best["steps"] if best["steps"] else 0.0,
+            "admission_cost": admission_cost, "net_share": net_share(best, admission_cost)}

@@ -146,7 +146,7 @@ def _cmd_borrow_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ostinato.errors import InputError
-    from ostinato.residency.borrow import choose, plan_pools, tune
+    from ostinato.residency.borrow import choose, net_share, plan_pools, tune
     from ostinato.residency.planfile import read_plan
     from ostinato.routing.trace import read_trace
     from ostinato.sim.run import read_sessions, routing_file
@@ -156,8 +156,12 @@ def _cmd_borrow_tune(args: argparse.Namespace) -> int:
         raise InputError(f"--slots: expected 'all' or a number of slots per pool > 0, got {args.slots!r}")
     decays = _floats("--decay", args.decay, 1e-9, 1.0)
     margins = _floats("--margin", args.margin, 0.0, None)
-    if args.admit < 1:
-        raise InputError(f"--admit: expected at least 1, got {args.admit}")
+    admits = _floats("--admit", args.admit, 1.0, None)
+    if any(a != int(a) for a in admits):
+        raise InputError(f"--admit: expected whole numbers of copies >= 1, got {args.admit!r}")
+    admits = [int(a) for a in admits]
+    if not args.admission_cost >= 0.0:
+        raise InputError(f"--admission-cost: expected a number of cold routes >= 0, got {args.admission_cost}")
     sessions = read_sessions(args.sessions)
     routing = {}
     for sid, reqs in sessions:
@@ -171,14 +175,18 @@ def _cmd_borrow_tune(args: argparse.Namespace) -> int:
                              f"{args.sessions} needs {need}")
         routing[sid] = np.asarray(t.ids, dtype=np.int64)
     slots = plan.n_expert if args.slots == "all" else int(args.slots)
-    bar = tqdm(total=len(decays) * len(margins) * len(sessions), desc="borrow-tune", disable=args.no_progress)
+    bar = tqdm(total=len(decays) * len(margins) * len(admits) * len(sessions), desc="borrow-tune",
+               disable=args.no_progress)
     grid = tune(sessions, routing, plan.hot_mask(), plan_pools(plan.gpu_layers, plan.expert_bytes), slots, decays,
-                margins, args.admit, args.upload_min, args.ubatch, progress=lambda: bar.update())
+                margins, admits, args.upload_min, args.ubatch, progress=lambda: bar.update())
     bar.close()
-    doc = {"chosen": choose(grid), "grid": grid, "plan": args.plan, "sessions": args.sessions,
+    for r in grid:
+        r["net_share"] = net_share(r, args.admission_cost)
+    doc = {"chosen": choose(grid, args.admission_cost), "grid": grid, "plan": args.plan, "sessions": args.sessions,
            "n_sessions": len(sessions), "upload_min": args.upload_min, "ubatch": args.ubatch,
-           "metric": "hit_share: the share of decode steps' plan-cold routes computed on borrowed experts "
-                     "(the engine's rules: ostinato.residency.borrow)"}
+           "admission_cost": args.admission_cost,
+           "metric": "net_share: the share of decode steps' plan-cold routes computed on borrowed experts, less "
+                     "admission_cost routes per copy (the engine's rules: ostinato.residency.borrow)"}
     _write_json(args.out, doc)
     print(json.dumps({"out": args.out, **doc["chosen"]}))
     return 0
@@ -240,8 +248,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--slots", default="all", help="borrowed slots per pool, or 'all' (default: all, the engine's "
                    "--residency-borrow all)")
     b.add_argument("--decay", default="0.8,0.9,0.95,0.98,0.99", help="comma list of decays to try")
-    b.add_argument("--margin", default="0,0.1,0.25,0.5,1", help="comma list of margins to try")
-    b.add_argument("--admit", type=int, default=4, help="copies per pool and token boundary (default 4)")
+    b.add_argument("--margin", default="0,0.1,0.25,0.5,1,2", help="comma list of margins to try")
+    b.add_argument("--admit", default="1,2,4", help="comma list of copies per pool and token boundary to try "
+                   "(default 1,2,4)")
+    b.add_argument("--admission-cost", type=float, default=1.0,
+                   help="what one copy costs, in cold routes computed on the CPU: the grid's choice maximizes the "
+                        "borrowed routes less this per copy (default 1: on the H200 an expert's copy took about a "
+                        "cold route's time; 0: the largest share of borrowed routes)")
     b.add_argument("--upload-min", type=int, default=512, help="Np: passes of this many tokens take back the slots")
     b.add_argument("--ubatch", type=int, default=512, help="the largest forward pass (llama-server -ub)")
     b.add_argument("--no-progress", action="store_true")

@@ -47,3 +47,10 @@ def residency_targets():
         out += [f"results/residency/memory/{REPLAY_MODEL}.check.json",
                 f"results/residency/memory/{REPLAY_MODEL}.capacity.json"]
     return out
+
+
+def borrow_admits():
+    """`replay.residency.borrow.admit` as the comma list `ostinato residency borrow-tune --admit` takes (one number or
+    a list)."""
+    a = REPLAY_RESIDENCY["borrow"]["admit"]
+    return ",".join(str(x) for x in (a if isinstance(a, list) else [a]))
