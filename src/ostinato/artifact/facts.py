@@ -4,8 +4,6 @@ rows, build times, test counts, the machine. Each reads the shipped files throug
 from __future__ import annotations
 
 import re
-from functools import cached_property
-from pathlib import Path
 
 import pandas as pd
 

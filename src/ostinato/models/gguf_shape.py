@@ -47,3 +47,18 @@ def moe_shape_from_gguf(model: str | Path, tree: str | Path) -> MoeShape:
         raise ValueError(f"{model}: no routed-expert tensors (blk.N.ffn_*_exps.weight); is it a MoE model?")
     toks = reader.fields.get("tokenizer.ggml.tokens")
     return MoeShape(Path(model).stem, n_layer, n_expert, n_used, tuple(per_layer), len(toks.data) if toks else 0)
+
+
+def moe_shape_from_spec(spec_name: str, expert_type: str) -> MoeShape:
+    """The shape `ostinato models synth --spec NAME` gives a model with experts of `expert_type`, without the GGUF
+    (every block of a synthesized model has routed experts; the model takes the spec's name)."""
+    from ostinato.models.layout import BLOCK_BYTES
+    from ostinato.models.spec import get_spec
+    from ostinato.models.vocab import VOCAB_SIZES
+
+    spec = get_spec(spec_name)
+    if expert_type not in BLOCK_BYTES:
+        raise ValueError(f"expert type {expert_type!r}: expected one of {', '.join(BLOCK_BYTES)}")
+    block, size = BLOCK_BYTES[expert_type]
+    return MoeShape(spec.name, spec.n_layer, spec.n_expert, spec.n_expert_used,
+                    (spec.expert_params() // block * size,) * spec.n_layer, VOCAB_SIZES[spec.vocab])

@@ -142,6 +142,74 @@ def _floats(flag: str, text: str, lo: float, hi: float | None) -> list[float]:
     return vals
 
 
+def _cmd_borrow_sweep(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import pandas as pd
+
+    from ostinato.errors import InputError
+    from ostinato.inputs import load_json
+    from ostinato.models.gguf_shape import moe_shape_from_spec
+    from ostinato.sweep.borrow_model import borrow_sweep_table
+
+    summary = load_json(args.summary, "the summary.json of `ostinato sweep`")
+    if not isinstance(summary, dict) or not isinstance(summary.get("meta"), dict) or not isinstance(
+            summary.get("rows"), list) or any(k not in summary["meta"] for k in (
+            "prefixes", "sizes", "n_decode", "reps", "upload_min", "resident_share", "budget_bytes")):
+        raise InputError(f"{args.summary}: expected the summary.json of `ostinato sweep` (meta with prefixes, sizes, "
+                         f"n_decode, reps, upload_min, resident_share and budget_bytes; rows)")
+    if (args.model is None) == (args.spec is None):
+        raise InputError("give the sweep's model either as --model GGUF (with --llama-tree) or as --spec NAME "
+                         "(with --expert-type)")
+    if args.model is not None:
+        if args.llama_tree is None:
+            raise InputError("--model needs --llama-tree (the pinned llama.cpp tree whose gguf-py reads the model)")
+        shape = moe_shape_from_gguf(args.model, args.llama_tree)
+    else:
+        try:
+            shape = moe_shape_from_spec(args.spec, args.expert_type)
+        except ValueError as e:
+            raise InputError(f"--spec {args.spec} --expert-type {args.expert_type}: {e}") from e
+    if args.slots != "all" and not (args.slots.isdigit() and int(args.slots) > 0):
+        raise InputError(f"--slots: expected 'all' or a number of slots per pool > 0, got {args.slots!r}")
+    decays = _floats("--decay", args.decay, 1e-9, 1.0)
+    margins = _floats("--margin", args.margin, 0.0, None)
+    admits = _floats("--admit", args.admit, 1.0, None)
+    if any(a != int(a) for a in admits):
+        raise InputError(f"--admit: expected whole numbers of copies >= 1, got {args.admit!r}")
+    ran = None
+    if args.ran is not None:
+        parts = args.ran.split(",")
+        try:
+            ran = (float(parts[0]), float(parts[1]), int(parts[2]))
+        except (IndexError, ValueError):
+            raise InputError(f"--ran: expected DECAY,MARGIN,ADMIT (e.g. 0.95,0.25,4), got {args.ran!r}") from None
+        if len(parts) != 3:
+            raise InputError(f"--ran: expected DECAY,MARGIN,ADMIT (e.g. 0.95,0.25,4), got {args.ran!r}")
+    prompt_n = args.decode_prompt_n
+    if prompt_n is None:
+        # what the server computed again of each decode request's cached prompt: the sweep's rows beside its summary
+        rows_csv = Path(args.summary).with_name("rows.csv")
+        if not rows_csv.is_file():
+            raise InputError(f"--decode-prompt-n: not given and no {rows_csv} beside {args.summary} to read it from")
+        dec = pd.read_csv(rows_csv)
+        dec = dec[(dec["kind"] == "decode") & dec["error"].isna()]["prompt_n"]
+        if dec.empty or dec.nunique() != 1:
+            raise InputError(f"{rows_csv}: expected decode rows that all computed the same number of prompt tokens "
+                             f"again (prompt_n), got {sorted(dec.unique().tolist())}; give --decode-prompt-n")
+        prompt_n = int(dec.iloc[0])
+    if prompt_n < 1:
+        raise InputError(f"--decode-prompt-n: expected at least 1, got {prompt_n}")
+    with tempfile.TemporaryDirectory(prefix="ostinato-borrow-sweep-") as tmp:
+        rows = borrow_sweep_table(summary, shape, args.work_dir or tmp, decays, margins, [int(a) for a in admits],
+                                  None if args.slots == "all" else int(args.slots), ran, prompt_n)
+    with atomic_open(Path(args.out), "w") as f:
+        pd.DataFrame(rows).to_csv(f, index=False, float_format="%.4f")
+    for r in rows:
+        print(json.dumps(r))
+    return 0
+
+
 def _cmd_borrow_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -240,8 +308,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--out", required=True)
     q.add_argument("--summary")
     q.set_defaults(func=_cmd_plan)
-    b = g.add_parser("borrow-tune", help="borrowed memory's decay and margin chosen on development sessions: the "
-                     "engine's rules (ostinato.residency.borrow) over their recorded routing, for each pair of a grid")
+    b = g.add_parser("borrow-tune", help="borrowed memory's decay, margin and copies per step chosen on development "
+                     "sessions: the engine's rules (ostinato.residency.borrow) over their recorded routing, for each "
+                     "combination of a grid")
     b.add_argument("--plan", required=True, help="the residency plan the engine loads")
     b.add_argument("--sessions", required=True, help="development sessions (JSONL, or a routing manifest.json)")
     b.add_argument("--routing", required=True, help="their routing traces: <dir>/<session, / -> __>.route")
@@ -260,3 +329,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--out", required=True, help="JSON: the chosen parameters and the whole grid")
     b.set_defaults(func=_cmd_borrow_tune)
+    w = g.add_parser("borrow-sweep", help="borrowed memory over an `ostinato sweep`'s passes, simulated: the engine's "
+                     "rules over the sweep's routing made again from its summary, per decode step, beside the "
+                     "counters the sweep measured for the engines that ran the same parameters")
+    w.add_argument("--summary", required=True, help="the sweep's summary.json")
+    w.add_argument("--model", help="the sweep's GGUF model (its shape), with --llama-tree")
+    w.add_argument("--llama-tree", help="the pinned llama.cpp tree (its gguf-py reads the model)")
+    w.add_argument("--spec", help="instead of --model: the spec the model was synthesized from "
+                   "(`ostinato models synth --spec`), with --expert-type")
+    w.add_argument("--expert-type", default="mxfp4", help="the synthesized model's expert type (default mxfp4)")
+    w.add_argument("--slots", default="all", help="borrowed slots per pool, or 'all' (default: all)")
+    w.add_argument("--decay", default="0.95", help="comma list of decays (default 0.95, the engine's)")
+    w.add_argument("--margin", default="0.25", help="comma list of margins (default 0.25, the engine's)")
+    w.add_argument("--admit", default="4", help="comma list of copies per pool and step (default 4, the engine's)")
+    w.add_argument("--ran", help="DECAY,MARGIN,ADMIT: what the sweep's presets with borrowed memory ran, for a summary "
+                   "that does not record it (before its meta had `server_args`); its measured rows go beside those "
+                   "parameters' simulated ones")
+    w.add_argument("--decode-prompt-n", type=int, help="the cached prompt's tokens each decode request computed again "
+                   "(default: the decode rows' prompt_n of the rows.csv beside the summary)")
+    w.add_argument("--work-dir", help="where the routing traces and plans go (default: a temporary folder)")
+    w.add_argument("--out", required=True, help="CSV: one row per parameters, prefix and series (simulated, or "
+                   "measured with the engine's name)")
+    w.set_defaults(func=_cmd_borrow_sweep)

@@ -13,15 +13,11 @@ from ostinato.atomic import atomic_open
 from ostinato.models.gguf_shape import moe_shape_from_gguf
 from ostinato.presets import BORROW_PRESETS, PLAN_RULES, RESIDENT_SHARE, UPLOAD_MIN, preset
 from ostinato.residency.borrow import read_tuned
-from ostinato.residency.budget import expert_budget_from_shape, plan_for_budget, share_budget
-from ostinato.residency.planfile import write_plan
-from ostinato.residency.profile import profile_from_traces
-from ostinato.routing.generator import PROFILES, write_session_trace
-from ostinato.routing.layout import RequestSpan, SessionLayout
-from ostinato.routing.shapes import custom_shape
+from ostinato.routing.generator import PROFILES
 from ostinato.routing.trace import read_trace
 from ostinato.sweep.cold import cold_routes_of
 from ostinato.sweep.prefill import BenchPlan, EngineRun, run_engine, summarize, write_rows, write_summary
+from ostinato.sweep.routing import SweepSetup, make_sweep_routing
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -29,7 +25,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     model = Path(args.model)
     shape = moe_shape_from_gguf(model, args.llama_tree)
-    rshape = custom_shape(shape.n_layer, shape.n_expert, shape.n_expert_used, shape.moe_layers())
     if shape.n_vocab < 256:
         raise ValueError(f"--model {model}: vocabulary of {shape.n_vocab} tokens; the benchmark draws prompt "
                          f"tokens from ids 100..min(n_vocab, 20000) (a byte vocabulary: 100..127)")
@@ -41,32 +36,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise ValueError(f"--prefix {args.prefix!r}: each prefix length once")
     plan = BenchPlan(prefixes, int_list(args.sizes, "--sizes", minimum=1), args.decode, args.reps,
                      vocab_hi=vocab_hi, seed=args.seed)
-    profile = PROFILES[args.routing_profile]
-
-    # routing: development sessions (for the plan) and the benchmark's own session, same generator and workload
-    dev_paths = []
-    for i in range(args.dev_sessions):
-        p = out / "traces" / f"dev-{i}.route"
-        if not p.exists():
-            lay = SessionLayout(f"dev-{i}", (RequestSpan(0, "first", 0, args.dev_tokens, 0),))
-            write_session_trace(p, rshape, lay, profile, args.workload, seed=args.seed)
-        dev_paths.append(p)
-    bench_trace = out / "traces" / "bench.route"
-    if not bench_trace.exists():
-        lay = SessionLayout("bench", (RequestSpan(0, "first", 0, plan.n_pos - plan.n_decode - 1, plan.n_decode + 1),))
-        write_session_trace(bench_trace, rshape, lay, profile, args.workload, seed=args.seed)
+    setup = SweepSetup(args.routing_profile, args.workload, args.seed, args.dev_sessions, args.dev_tokens,
+                       args.resident_share)
+    # routing: development sessions (for the plans) and the benchmark's own session, same generator and workload
+    routing = make_sweep_routing(out, shape, plan, setup)
+    bench_trace, plans, budget = routing.bench_trace, routing.plans, routing.budget
     trace = read_trace(bench_trace)
-
-    # equal GPU memory for experts: a share of all routed-expert bytes, filled by the development profile's experts
-    # (by frequency for ostinato and the caches, the same count per layer for ktransformers-placement)
-    budget = share_budget(expert_budget_from_shape(shape, None), args.resident_share)
-    dev = profile_from_traces(dev_paths)
-    plans = {}
-    for rule in sorted(set(PLAN_RULES.values())):
-        path = out / ("plan.json" if rule == "frequency" else f"plan-{rule}.json")
-        pf, pl = plan_for_budget(dev, shape, budget.budget_bytes, rule)
-        write_plan(path, pf)
-        plans[rule] = (path, pl.hot)
 
     # cold routes per token and layer (Figure 7c) in the benchmark's prefills and decode steps after each prefix: the
     # routes each engine computes on the CPU (for llama.cpp-expert-cache in decode: the misses it uploads)
@@ -112,7 +87,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                                "n_decode": plan.n_decode, "reps": plan.reps, "upload_min": args.upload_min,
                                                "resident_share": args.resident_share, "budget_bytes": budget.budget_bytes,
                                                "engines": args.engines, "routing_profile": args.routing_profile,
-                                               "borrow_params": borrow, "cold": cold})
+                                               "workload": args.workload, "seed": args.seed,
+                                               "dev_sessions": args.dev_sessions, "dev_tokens": args.dev_tokens,
+                                               "server_args": list(args.server_arg), "borrow_params": borrow,
+                                               "cold": cold})
     for r in summ:
         print(json.dumps(r))
     return 0
