@@ -142,6 +142,20 @@ def _floats(flag: str, text: str, lo: float, hi: float | None) -> list[float]:
     return vals
 
 
+def _borrow_grid(args: argparse.Namespace) -> tuple[list[float], list[float], list[int]]:
+    """The borrowed-memory grid of `borrow-tune` and `borrow-sweep` (--decay, --margin, --admit; --slots checked),
+    or an error naming the flag."""
+    from ostinato.errors import InputError
+
+    if args.slots != "all" and not (args.slots.isdigit() and int(args.slots) > 0):
+        raise InputError(f"--slots: expected 'all' or a number of slots per pool > 0, got {args.slots!r}")
+    admits = _floats("--admit", args.admit, 1.0, None)
+    if any(a != int(a) for a in admits):
+        raise InputError(f"--admit: expected whole numbers of copies >= 1, got {args.admit!r}")
+    decays, margins = _floats("--decay", args.decay, 1e-9, 1.0), _floats("--margin", args.margin, 0.0, None)
+    return decays, margins, [int(a) for a in admits]
+
+
 def _cmd_borrow_sweep(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -170,13 +184,7 @@ def _cmd_borrow_sweep(args: argparse.Namespace) -> int:
             shape = moe_shape_from_spec(args.spec, args.expert_type)
         except ValueError as e:
             raise InputError(f"--spec {args.spec} --expert-type {args.expert_type}: {e}") from e
-    if args.slots != "all" and not (args.slots.isdigit() and int(args.slots) > 0):
-        raise InputError(f"--slots: expected 'all' or a number of slots per pool > 0, got {args.slots!r}")
-    decays = _floats("--decay", args.decay, 1e-9, 1.0)
-    margins = _floats("--margin", args.margin, 0.0, None)
-    admits = _floats("--admit", args.admit, 1.0, None)
-    if any(a != int(a) for a in admits):
-        raise InputError(f"--admit: expected whole numbers of copies >= 1, got {args.admit!r}")
+    decays, margins, admits = _borrow_grid(args)
     ran = None
     if args.ran is not None:
         parts = args.ran.split(",")
@@ -201,7 +209,7 @@ def _cmd_borrow_sweep(args: argparse.Namespace) -> int:
     if prompt_n < 1:
         raise InputError(f"--decode-prompt-n: expected at least 1, got {prompt_n}")
     with tempfile.TemporaryDirectory(prefix="ostinato-borrow-sweep-") as tmp:
-        rows = borrow_sweep_table(summary, shape, args.work_dir or tmp, decays, margins, [int(a) for a in admits],
+        rows = borrow_sweep_table(summary, shape, args.work_dir or tmp, decays, margins, admits,
                                   None if args.slots == "all" else int(args.slots), ran, prompt_n)
     with atomic_open(Path(args.out), "w") as f:
         pd.DataFrame(rows).to_csv(f, index=False, float_format="%.4f")
@@ -220,14 +228,7 @@ def _cmd_borrow_tune(args: argparse.Namespace) -> int:
     from ostinato.sim.run import read_sessions, routing_file
 
     plan = read_plan(args.plan)
-    if args.slots != "all" and not (args.slots.isdigit() and int(args.slots) > 0):
-        raise InputError(f"--slots: expected 'all' or a number of slots per pool > 0, got {args.slots!r}")
-    decays = _floats("--decay", args.decay, 1e-9, 1.0)
-    margins = _floats("--margin", args.margin, 0.0, None)
-    admits = _floats("--admit", args.admit, 1.0, None)
-    if any(a != int(a) for a in admits):
-        raise InputError(f"--admit: expected whole numbers of copies >= 1, got {args.admit!r}")
-    admits = [int(a) for a in admits]
+    decays, margins, admits = _borrow_grid(args)
     if not args.admission_cost >= 0.0:
         raise InputError(f"--admission-cost: expected a number of cold routes >= 0, got {args.admission_cost}")
     sessions = read_sessions(args.sessions)
