@@ -171,10 +171,12 @@ def test_snakemake_takes_an_unpacked_build_as_up_to_date(engine_variants, tmp_pa
     assert "rule build_engine:" not in out and "rule sweep_prefill:" in out
 
 
-def test_heldout_script_gathers_a_pack_carried_in_two_calls(tmp_path):
-    """`heldout/run.sh stage` keeps the parts one call carries (.prebuilt-parts/) in build/prebuilt/, where the next
-    call's index (.prebuilt/) joins them, since a CUDA pack and the wheels exceed one call's carry together."""
-    script = REPO / "data" / "reference" / "h200" / "heldout" / "run.sh"
+@pytest.mark.parametrize("script", ["heldout/run.sh", "branches/run.sh", "graph/run.sh"])
+def test_gpu_scripts_gather_a_pack_carried_in_two_calls(tmp_path, script):
+    """`run.sh stage` (the held-out replays' and the sweeps' scripts, data/reference/h200/prebuilt.sh) keeps the parts
+    one call carries (.prebuilt-parts/) in build/prebuilt/, where the next call's index (.prebuilt/) joins them, since
+    a CUDA pack and the wheels exceed one call's carry together."""
+    script = REPO / "data" / "reference" / "h200" / script
     env = {**os.environ, "OUT": str(tmp_path / "out")}
 
     def call(carried: dict[str, dict[str, bytes]]) -> subprocess.CompletedProcess:

@@ -21,14 +21,18 @@
 # the same call: VARIANTS (default upstream,stock,ostinato), OP_TESTS=0 (no op tests built), TESTS_K (pytest -k of the
 # engine tests).
 # The build's loose files go into build.tar.gz only (the device brings back eight files). PACK=1 also packs the build
-# (`ostinato engine pack-build`) into $OUT/prebuilt/; copied on this machine to .prebuilt/ and carried, every part
-# first unpacks it (`ostinato engine unpack-build`, which refuses a pack of other engine sources). It is off by
-# default: the H200's CUDA build of stock and ostinato packs to 53 MB (../graph/sweep2/build/engine-cuda.json), more
-# than the 64-MiB carry leaves beside the tree and .whl/ (about 38 MB), so the later calls need the build's machine
-# still warm: send them as soon as the build's call returns (the machine is given back 30 s after a call). Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
+# (`ostinato engine pack-build`) into $OUT/prebuilt/. Carried back (../prebuilt.sh: all parts but the last in
+# .prebuilt-parts/ with `run.sh stage` alone, then the last part and the index in .prebuilt/ with the next call, sent at
+# once), every part but build first unpacks it (`ostinato engine unpack-build`, which refuses a pack of other engine
+# sources), so a sweep needs no build on its machine. The heldout pack (`../heldout/run.sh pack`: stock and ostinato)
+# serves the sweeps. Without a pack the later calls need the build's machine still warm: send them as soon as the
+# build's call returns (the machine is given back 30 s after a call). Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|sweep2|calibrate}
+part=${1:?usage: run.sh build|sweep|sweep2|calibrate|stage}
 OUT=${OUT:-$(dirname "$0")/out}
+source "$(dirname "$0")/../prebuilt.sh"
+gather_prebuilt
+if [ "$part" = stage ]; then stage_prebuilt; exit 0; fi
 BUDGET=${BUDGET:-540}    # seconds snakemake may run in one call (it resumes in the next)
 ENGINES=${ENGINES:-llama.cpp-layers, ostinato, ostinato-overlap}
 mkdir -p "$OUT"
@@ -42,9 +46,7 @@ smk() {
       --rerun-triggers mtime --keep-going "${@:2}"
 }
 start=$(date +%s)
-if [ "$part" != build ] && [ -f .prebuilt/engine-cuda.json ]; then
-  ost engine unpack-build --from .prebuilt --out build/engine
-fi
+if [ "$part" != build ]; then unpack_prebuilt; fi
 
 case "$part" in
 build)

@@ -30,12 +30,13 @@
 #                                                  # fixture builds them otherwise, past the call's ten minutes)
 # A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too).
 # The later calls need the build's machine still warm (it is given back 30 s after a call: a sweep on a bare machine
-# would rebuild and run out of time), so send each as soon as the last returns; PACK=1 packs the build into
-# $OUT/prebuilt/ (../branches/run.sh), which a later call unpacks from a carried .prebuilt/, but the CUDA build's pack
-# (53 MB) does not fit the carry beside the tree and .whl/.
+# would rebuild and run out of time), so send each as soon as the last returns; or carry a pack of the build
+# (PACK=1, or ../heldout/run.sh pack: stock and ostinato) in two calls sent without pause, ../prebuilt.sh:
+#   bash data/reference/h200/graph/run.sh stage    # carrying .prebuilt-parts/ (the pack's parts but the last) alone
+#   bash data/reference/h200/graph/run.sh sweep    # carrying .whl, .carry and .prebuilt/ (the last part, the index)
 # Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|reverse|threads|teams|passive|fusion}
+part=${1:?usage: run.sh build|sweep|reverse|threads|teams|passive|fusion|stage}
 here=$(cd "$(dirname "$0")" && pwd)
 export OUT=${OUT:-$here}
 mkdir -p "$OUT"
@@ -47,6 +48,7 @@ sweep() {  # name, engines[, more server arguments, quoted and comma-separated]
   mv "$OUT/sweep.tar.gz" "$OUT/$1.tar.gz"; mv "$OUT/snakemake-sweep.log" "$OUT/snakemake-$1.log"
 }
 case "$part" in
+stage) bash "$here/../branches/run.sh" stage ;;  # a carried pack's parts but the last (../prebuilt.sh)
 build)
   VARIANTS=${VARIANTS:-stock,ostinato} OP_TESTS=${OP_TESTS:-1} TESTS_K=${TESTS_K:-"graph or worker"} TESTS_BUDGET=${TESTS_BUDGET:-150} CALL_BUDGET=${CALL_BUDGET:-580} \
       bash "$here/../branches/run.sh" build

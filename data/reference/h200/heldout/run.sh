@@ -48,14 +48,9 @@ part=${1:?usage: run.sh build|tests|replay|pack|stage}
 OUT=${OUT:-$(dirname "$0")/out}
 mkdir -p "$OUT"
 # the carried pieces of a pack (see .prebuilt/ above), gathered where a later call on this machine finds them
-PACK_DIR=build/prebuilt
-for d in .prebuilt-parts .prebuilt; do
-  if [ -d "$d" ] && [ -n "$(ls -A "$d")" ]; then mkdir -p "$PACK_DIR" && cp -f "$d"/* "$PACK_DIR"/; fi
-done
-if [ "$part" = stage ]; then
-  echo "stage: $(ls "$PACK_DIR" 2>/dev/null | wc -l) file(s) of the pack in $PACK_DIR"; ls -l "$PACK_DIR" 2>/dev/null || true
-  exit 0
-fi
+source "$(dirname "$0")/../prebuilt.sh"
+gather_prebuilt
+if [ "$part" = stage ]; then stage_prebuilt; exit 0; fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
@@ -72,11 +67,7 @@ smk() {
   timeout -k 20 "$1" python3 -m snakemake --cores all --scheduler greedy "${CONFIG[@]}" --rerun-triggers mtime --keep-going "${@:2}"
 }
 start=$(date +%s)
-if [ "$part" != build ] && [ "$part" != pack ] && [ -f "$PACK_DIR/engine-cuda.json" ]; then
-  ost engine unpack-build --from "$PACK_DIR" --out build/engine || {
-    echo "unpack: $PACK_DIR holds engine-cuda.json but not its parts as packed (a fresh machine: the stage call's was" \
-         "given back; call run.sh stage carrying .prebuilt-parts, then this at once, or run.sh build)" >&2; exit 3; }
-fi
+if [ "$part" != build ] && [ "$part" != pack ]; then unpack_prebuilt; fi
 # the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
 TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json
   results/replay/bitwise/tau2-heldout/inturn.json}
