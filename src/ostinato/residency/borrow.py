@@ -163,6 +163,26 @@ def plan_pools(gpu_layers: list[list[int]], expert_bytes: list[int]) -> list[int
     return pool
 
 
+def run_pass(slots: BorrowedSlots, ids: np.ndarray, a: int, n: int, moe: list[int], upload_min: int) -> int:
+    """One forward pass of n tokens from position a, as the engine takes it: `upload_min` tokens or more take the
+    upload path (every slot back), one token is a decode step (a token boundary, then its routes may hit), more are
+    a split-path prefill (every row counts: the engine's last layer computes only the pass's output rows). Returns
+    the plan-cold routes of a decode step (0 otherwise)."""
+    if n >= upload_min:
+        slots.reclaim()
+        return 0
+    if n == 1:
+        slots.boundary()
+        cold = 0
+        for l in moe:
+            cold += int((~slots.hot[l, ids[a, l]]).sum())
+            slots.record(l, ids[a, l], decode=True)
+        return cold
+    for l in moe:
+        slots.record(l, ids[a:a + n, l], decode=False)
+    return 0
+
+
 def replay_session(slots: BorrowedSlots, requests, ids: np.ndarray, moe: list[int], upload_min: int,
                    ubatch: int) -> int:
     """Run one session's passes through `slots` as the engine runs them: each request prefills its new tokens in
@@ -175,24 +195,11 @@ def replay_session(slots: BorrowedSlots, requests, ids: np.ndarray, moe: list[in
     for q in requests:
         a = pos
         for n in [ubatch] * (q.n_new // ubatch) + ([q.n_new % ubatch] if q.n_new % ubatch else []):
-            if n >= upload_min:
-                slots.reclaim()
-            elif n == 1:
-                slots.boundary()
-                for l in moe:
-                    cold += int((~slots.hot[l, ids[a, l]]).sum())
-                    slots.record(l, ids[a, l], decode=True)
-            else:
-                for l in moe:
-                    slots.record(l, ids[a:a + n, l], decode=False)
+            cold += run_pass(slots, ids, a, n, moe, upload_min)
             a += n
         pos += q.n_new
         for i in range(max(q.n_output - 1, 0)):
-            slots.boundary()
-            for l in moe:
-                row = ids[pos + i, l]
-                cold += int((~slots.hot[l, row]).sum())
-                slots.record(l, row, decode=True)
+            cold += run_pass(slots, ids, pos + i, 1, moe, upload_min)
         pos += q.n_output
     return cold
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ostinato.residency.borrow import BorrowedSlots, BorrowParams
+from ostinato.residency.borrow import BorrowedSlots, BorrowParams, run_pass
 from ostinato.sweep.prefill import BenchPlan
 
 COUNTERS = ("steps", "steps_hit", "hits", "admissions", "evictions", "cpu_routes")
@@ -40,18 +40,10 @@ def sweep_borrow_counts(plan: BenchPlan, ids: np.ndarray, hot: np.ndarray, moe: 
     the plan's resident experts (one pool: one GPU, holding the MoE layers `moe`)."""
     slots = BorrowedSlots(hot, [0 if l in moe else -1 for l in range(hot.shape[0])], params)
 
-    def passes(a: int, b: int) -> None:
+    def passes(a: int, b: int) -> None:  # positions a..b-1 in passes of at most ubatch
         while a < b:
             n = min(ubatch, b - a)
-            if n >= upload_min:
-                slots.reclaim()
-            elif n == 1:
-                slots.boundary()
-                for l in moe:
-                    slots.record(l, ids[a, l], decode=True)
-            else:
-                for l in moe:
-                    slots.record(l, ids[a:a + n, l], decode=False)
+            run_pass(slots, ids, a, n, moe, upload_min)
             a += n
 
     out, cached = [], 0
@@ -73,9 +65,7 @@ def sweep_borrow_counts(plan: BenchPlan, ids: np.ndarray, hot: np.ndarray, moe: 
             if decode_prompt_n > 1:
                 before["cpu_routes"] = slots.counts.cpu_routes  # the decode steps' cold routes only, as the worker's
             for i in range(plan.n_decode - 1):
-                slots.boundary()
-                for l in moe:
-                    slots.record(l, ids[p + top + i, l], decode=True)
+                run_pass(slots, ids, p + top + i, 1, moe, upload_min)
             out.append(DecodeCounts(p, rep, **{k: getattr(slots.counts, k) - before[k] for k in COUNTERS}))
     return out
 
@@ -100,7 +90,8 @@ def ran_params(meta: dict) -> tuple[float, float, int] | None:
         return None
     ran = meta.get("borrow_params")
     d = BorrowParams(1)
-    key = [d.decay, d.margin, d.admit] if ran is None else [float(ran["decay"]), float(ran["margin"]), int(ran["admit"])]
+    key = ([d.decay, d.margin, d.admit] if ran is None else
+           [float(ran["decay"]), float(ran["margin"]), int(ran["admit"])])
     args = list(meta.get("server_args") or [])
     for i, a in enumerate(args[:-1]):
         for j, (flag, conv) in enumerate((("--residency-borrow-decay", float), ("--residency-borrow-margin", float),
