@@ -717,9 +717,13 @@ def _fake_build(root: Path, variant: str, fingerprint: str, sources: str | None)
     return binary
 
 
-def _replay_dir(path: Path, binary: Path | str, build: dict | None) -> Path:
+def _replay_dir(path: Path, binary: Path | str, build: dict | None, sessions: Path | None = None) -> Path:
     path.mkdir(parents=True)
     entry = {"server_command": [str(binary), "-m", "m.gguf"], **({"engine_build": build} if build else {})}
+    if sessions is not None:
+        from ostinato.atomic import sha256_file
+
+        entry.update(sessions_file=str(sessions), sessions_sha256=sha256_file(sessions))
     (path / "runs.json").write_text(json.dumps([{"server_command": ["old"]}, entry]))
     return path
 
@@ -764,10 +768,34 @@ def test_same_engine_keeps_only_replays_of_the_build_their_binary_is_now(tmp_pat
     assert not same_engine(legacy, {"ostinato": "a" * 64}).same  # a manifest without sources proves nothing
     with pytest.raises(ValueError, match="--legacy-sources 'ostinato=xyz': expected VARIANT=SHA256"):
         parse_legacy_sources(["ostinato=xyz"])
-    # the CLI: one line per replay, 1 unless every one is the same build
+    # the CLI: one line per replay, 1 unless every one is the same build on the session file there now
+    sessions = tmp_path / "tau2.jsonl"
+    sessions.write_text('{"session": "a"}\n')
+    same = _replay_dir(tmp_path / "r" / "cli-same", binary, now, sessions)
+    other = _replay_dir(tmp_path / "r" / "cli-other", binary, {**now, "fingerprint": "b" * 64}, sessions)
     ns = argparse.Namespace(replays=[same, other], legacy_sources=[])
     (tmp_path / "eng" / "ostinato" / "manifest.json").write_text(json.dumps({**now}))
     assert same_engine_cmd(ns) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("same: ") and lines[1].startswith("DIFFERENT: ")
     assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[])) == 0
+    sessions.write_text('{"session": "b"}\n')  # the same build, other sessions (a set built from other traces)
+    assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[])) == 1
+    assert "(other sessions)" in capsys.readouterr().out
+
+
+def test_same_sessions_keeps_only_replays_of_the_session_file_there_now(tmp_path):
+    """A finished replay carried to another machine counts only on the session file it replayed: a GPU machine
+    without the trace mirror builds sets of other token ids from the committed tables (2026-12-05)."""
+    from ostinato.replay.provenance import same_sessions
+
+    sessions = tmp_path / "sessions.jsonl"
+    sessions.write_text('{"session": "a"}\n')
+    kept = _replay_dir(tmp_path / "kept", "llama-server", None, sessions)
+    assert same_sessions(kept).same
+    sessions.write_text('{"session": "a", "requests": []}\n')
+    m = same_sessions(kept)
+    assert not m.same and "other sessions" in m.why and str(sessions) in m.why
+    sessions.unlink()
+    assert not same_sessions(kept).same and "which is not here" in same_sessions(kept).why
+    assert not same_sessions(_replay_dir(tmp_path / "old", "llama-server", None)).same  # nothing recorded

@@ -3,7 +3,8 @@
 A replay resumed across machines (the H200 runs of `data/reference/h200/heldout/`, carried from one device session to
 the next) may keep its finished sessions only if the engine it would run now is the one it ran then; `replay run`
 refuses or restarts a partial replay whose build changed (`engine_build` is one of its setup keys), and
-`same_engine` makes the same check for a finished one.
+`same_engine` makes the same check for a finished one, and `same_sessions` checks that it replayed the session file
+that is there now (a GPU machine without the trace mirror builds other sets from the committed tables).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ostinato.atomic import sha256_file
 from ostinato.errors import InputError
 from ostinato.inputs import load_json
 
@@ -31,8 +33,8 @@ def engine_build(server_bin: Path | str | None) -> dict | None:
 
 
 @dataclass(frozen=True)
-class EngineMatch:
-    """Whether a replay's engine is the build its server binary is now, and why (or why not)."""
+class ReplayMatch:
+    """Whether a finished replay still holds here (its engine build, its sessions), and why (or why not)."""
 
     same: bool
     why: str
@@ -49,40 +51,61 @@ def parse_legacy_sources(items: list[str]) -> dict[str, str]:
     return out
 
 
-def same_engine(replay_dir: Path, legacy_sources: dict[str, str] | None = None) -> EngineMatch:
+def _last_run(replay_dir: Path) -> dict:
+    """The last run entry of a replay's runs.json."""
+    path = Path(replay_dir) / "runs.json"
+    runs = load_json(path, "the replay's run history (a JSON list)")
+    if not isinstance(runs, list) or not runs or not isinstance(runs[-1], dict):
+        raise InputError(f"{path}: expected a non-empty JSON list of run entries")
+    return runs[-1]
+
+
+def same_sessions(replay_dir: Path) -> ReplayMatch:
+    """Compare the session file a replay recorded (its path, relative to where it ran, and sha256) with that file now.
+    """
+    last = _last_run(replay_dir)
+    name, sha = last.get("sessions_file"), last.get("sessions_sha256")
+    if not isinstance(name, str) or not name or not isinstance(sha, str) or not sha:
+        return ReplayMatch(False, f"{replay_dir}: recorded no session file and sha256")
+    if not Path(name).is_file():
+        return ReplayMatch(False, f"{replay_dir}: replayed {name}, which is not here")
+    now = sha256_file(Path(name))
+    if now != sha:
+        return ReplayMatch(False, f"{replay_dir}: replayed {name} of sha256 {sha[:12]}, the file here is {now[:12]} "
+                                  "(other sessions)")
+    return ReplayMatch(True, f"{replay_dir}: the same sessions ({name}, {sha[:12]})")
+
+
+def same_engine(replay_dir: Path, legacy_sources: dict[str, str] | None = None) -> ReplayMatch:
     """Compare the engine build a replay recorded (its last run in runs.json) with the one its server binary is now.
 
     Both recorded: the same when the fingerprints (code and build options) are. A replay from before the build was
     recorded counts as the same only when `legacy_sources` names, for the binary's variant, the code it ran (the
     sources fingerprint of the engine commit it was built from) and the binary now has that code."""
-    path = Path(replay_dir) / "runs.json"
-    runs = load_json(path, "the replay's run history (a JSON list)")
-    if not isinstance(runs, list) or not runs or not isinstance(runs[-1], dict):
-        raise InputError(f"{path}: expected a non-empty JSON list of run entries")
-    last = runs[-1]
+    last = _last_run(replay_dir)
     command = last.get("server_command") or []
     binary = command[0] if command and isinstance(command[0], str) else ""
     if not binary or "://" in binary:
-        return EngineMatch(False, f"{replay_dir}: an engine reached by URL ({binary or 'no server command'}), no build "
+        return ReplayMatch(False, f"{replay_dir}: an engine reached by URL ({binary or 'no server command'}), no build "
                                   "to compare")
     now = engine_build(binary)
     if now is None:
-        return EngineMatch(False, f"{replay_dir}: no engine build manifest beside {binary}")
+        return ReplayMatch(False, f"{replay_dir}: no engine build manifest beside {binary}")
     rec = last.get("engine_build")
     if isinstance(rec, dict) and rec.get("fingerprint"):
         if rec["fingerprint"] == now["fingerprint"]:
-            return EngineMatch(True, f"{replay_dir}: the same build of {now['variant']} ({now['fingerprint'][:12]})")
+            return ReplayMatch(True, f"{replay_dir}: the same build of {now['variant']} ({now['fingerprint'][:12]})")
         what = ("the same code built with other options" if rec.get("sources") and rec["sources"] == now["sources"]
                 else "other engine code")
-        return EngineMatch(False, f"{replay_dir}: ran {rec.get('variant')} {rec['fingerprint'][:12]}, {binary} is now "
+        return ReplayMatch(False, f"{replay_dir}: ran {rec.get('variant')} {rec['fingerprint'][:12]}, {binary} is now "
                                   f"{now['variant']} {now['fingerprint'][:12]} ({what})")
     legacy = (legacy_sources or {}).get(now["variant"])
     if legacy is None:
-        return EngineMatch(False, f"{replay_dir}: recorded no engine build (a replay from before it was recorded) and "
+        return ReplayMatch(False, f"{replay_dir}: recorded no engine build (a replay from before it was recorded) and "
                                   f"no --legacy-sources for {now['variant']}")
     if now["sources"] and now["sources"] == legacy:
-        return EngineMatch(True, f"{replay_dir}: recorded no engine build; {binary} has the code of --legacy-sources "
+        return ReplayMatch(True, f"{replay_dir}: recorded no engine build; {binary} has the code of --legacy-sources "
                                  f"{now['variant']} ({legacy[:12]})")
-    return EngineMatch(False, f"{replay_dir}: recorded no engine build; {binary} has code "
+    return ReplayMatch(False, f"{replay_dir}: recorded no engine build; {binary} has code "
                               f"{now['sources'][:12] or '(not recorded)'}, not that of --legacy-sources "
                               f"{now['variant']} ({legacy[:12]})")

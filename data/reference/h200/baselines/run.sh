@@ -20,6 +20,7 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
+source "$(dirname "$0")/../sessions.sh"
 
 case "$part" in
 build)
@@ -36,9 +37,7 @@ build)
   tail -5 "$OUT/test_engine.txt"
   ;;
 replay)
-  # the session sets as a CPU run built them; touched so that snakemake takes them as up to date
-  mkdir -p results && rm -rf results/sessions && cp -r .carry/sessions results/sessions
-  find results/sessions -exec touch {} +
+  REQUIRE_SESSIONS=1 carried_sessions  # the session sets as a CPU run built them (../sessions.sh)
   TARGETS=${TARGETS:-$(python3 - <<'EOF'
 import yaml
 cfg = yaml.safe_load(open("config/h200.yaml"))
@@ -62,6 +61,7 @@ EOF
   ;;
 sweep)
   # Figure 7b/7c: every preset of sweep.engines on the same model (the replay part synthesized it)
+  carried_sessions  # the development routing of the carried sets (../sessions.sh)
   rc=0
   timeout "$BUDGET" python3 -m snakemake --cores all --configfile config/h200.yaml \
       --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \

