@@ -18,6 +18,7 @@ from ostinato.sweep.prefill import BenchPlan
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP3 = REPO / "data" / "reference" / "h200" / "graph" / "sweep3"
+SWEEP4 = REPO / "data" / "reference" / "h200" / "graph" / "sweep4"
 CHURN = REPO / "data" / "reference" / "h200" / "borrow" / "breakdown" / "churn"
 COLS = ["borrow_hits_per_step", "borrow_admissions_per_step", "cpu_routes_per_step"]
 
@@ -50,6 +51,7 @@ def test_what_a_sweep_ran_comes_from_its_meta():
 
 
 @pytest.mark.parametrize("summary, ran", [(SWEEP3 / "plain" / "summary.json", "0.95,0.25,4"),
+                                          (SWEEP4 / "plain" / "summary.json", "0.95,0,1"),
                                           (CHURN / "admit1" / "summary.json", "0.95,0.25,1"),
                                           (CHURN / "stable" / "summary.json", "0.99,1,1")])
 def test_the_model_follows_the_h200s_borrow_counters(tmp_path, summary, ran):
@@ -70,14 +72,16 @@ def test_the_model_follows_the_h200s_borrow_counters(tmp_path, summary, ran):
         assert abs(sim["borrow_steps_hit_share"] - meas["borrow_steps_hit_share"]) <= 0.04, (p, sim, meas)
 
 
-def test_the_shipped_table_is_what_the_command_gives(tmp_path):
-    """`sweep3/borrow-model.csv` (quoted by data/reference/h200/graph/README.md) made again by the command its README
-    gives."""
+@pytest.mark.parametrize("sweep, grid", [
+    (SWEEP3, ["--ran", "0.95,0.25,4", "--decay", "0.95,0.98,0.99", "--margin", "0.25,1,2", "--admit", "1,2,4"]),
+    (SWEEP4, ["--ran", "0.95,0,1", "--decay", "0.95", "--margin", "0", "--admit", "1"])])
+def test_the_shipped_table_is_what_the_command_gives(tmp_path, sweep, grid):
+    """`sweep3/borrow-model.csv` and `sweep4/borrow-model.csv` (quoted by data/reference/h200/graph/README.md) made
+    again by the commands its README gives."""
     out = tmp_path / "b.csv"
-    assert _borrow_sweep("--summary", str(SWEEP3 / "plain" / "summary.json"), "--spec", "v4flash-slice-8",
-                         "--ran", "0.95,0.25,4", "--decay", "0.95,0.98,0.99", "--margin", "0.25,1,2",
-                         "--admit", "1,2,4", "--out", str(out)) == 0
-    pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(SWEEP3 / "borrow-model.csv"))
+    assert _borrow_sweep("--summary", str(sweep / "plain" / "summary.json"), "--spec", "v4flash-slice-8", *grid,
+                         "--out", str(out)) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(sweep / "borrow-model.csv"))
 
 
 def test_borrow_sweep_errors_name_the_flag(tmp_path):
