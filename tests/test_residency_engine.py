@@ -349,7 +349,8 @@ def test_one_graph_per_decode_step_computes_bitwise_what_per_segment_graphs_comp
     """--residency-graph step: a decode step's cold routes leave the scheduler's graph for the resident CPU worker (a
     SEND and a RECV node per MoE layer with a pool, none of the cold routes' nodes), the worker answers every layer of
     every decode step, a layer whose routes are all resident costs it nothing, and the outputs are the same tokens and
-    bitwise the same probabilities as per-segment graphs' (with borrowed memory too, with the same borrow counters)."""
+    bitwise the same probabilities as per-segment graphs' (with borrowed memory too, with the same borrow counters).
+    The GPU branch is one expert computation, borrowed experts included (they sit in the same tensors as the pool's)."""
     model, shape, trace, _, tmp = model_case
     plan = tmp / "plan-graph.json"
     write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 5)))
@@ -406,6 +407,12 @@ def test_one_graph_per_decode_step_computes_bitwise_what_per_segment_graphs_comp
         send, recv = names.index(f"ffn_moe_host_send-{l}"), names.index(f"ffn_moe_host_recv-{l}")
         hot = [names.index(n) for n in names if re.fullmatch(rf"ffn_moe_(up|gate|down|gate_up)-{l}", n)]
         assert hot and send < min(hot) and max(hot) < recv, (l, send, hot, recv)  # the GPU branch between the two
+        # one expert computation on the GPU, borrowed experts included: every MUL_MAT_ID of the layer reads the pool's
+        # tensors (with borrowed memory the pool's slots and its staging area's in one), one per expert matrix
+        mmid = [e for e in _graph(logs["step"]) if e[0] == "node" and e[2] == "MUL_MAT_ID"
+                and re.fullmatch(rf"ffn_moe_\w+-{l}", e[3])]
+        assert mmid and len(mmid) == len(order["hot"]) <= 3, (l, [e[4] for e in mmid])
+        assert all((" pool0.all." in e[4]) == borrow for e in mmid), (l, [e[4] for e in mmid])
 
 
 def test_a_cpu_worker_that_answers_late_fails_the_step_with_an_error_naming_the_layer(engine_variants, model_case):

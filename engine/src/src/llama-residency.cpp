@@ -98,15 +98,18 @@ static void residency_write_borrow_tables(const llama_residency & rsd, int il, c
     const auto & plan = rsd.slot_of[il];
     const int64_t n_expert = p.n_expert, n_used = p.n_used;
     const size_t n_tab = (size_t) n_used*n_expert;
-    std::vector<int32_t> t_borrow(n_tab), t_cold(n_tab);
+    const int64_t stage0 = p.n_slot + n_used; // the staging area's first slot in `all`
+    std::vector<int32_t> t_hot(n_tab), t_cold(n_tab);
     for (int64_t j = 0; j < n_used; ++j) {
         for (int64_t e = 0; e < n_expert; ++e) {
             const size_t i = (size_t) (j*n_expert + e);
-            t_borrow[i] = active[e] >= 0 ? active[e] : (int32_t) (p.n_expert + j);
-            t_cold[i]   = plan[e] < 0 && active[e] < 0 ? (int32_t) e : -1;
+            t_hot[i]  = plan[e] >= 0   ? plan[e]
+                      : active[e] >= 0 ? (int32_t) (stage0 + active[e])
+                      :                  (int32_t) (p.n_slot + j);
+            t_cold[i] = plan[e] < 0 && active[e] < 0 ? (int32_t) e : -1;
         }
     }
-    ggml_backend_tensor_set(lr.tab_borrow, t_borrow.data(), 0, n_tab*sizeof(int32_t));
+    ggml_backend_tensor_set(lr.tab_hot_b,  t_hot.data(),  0, n_tab*sizeof(int32_t));
     ggml_backend_tensor_set(lr.tab_cold_b, t_cold.data(),   0, n_tab*sizeof(int32_t));
 }
 
@@ -385,7 +388,7 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
     for (size_t ip = 0; ip < rsd->pools.size(); ++ip) {
         auto & p = rsd->pools[ip];
         ggml_init_params ip_params = {
-            /*.mem_size   =*/ ggml_tensor_overhead() * (2*LLAMA_RESIDENCY_N_KIND + 5*n_layer + 1),
+            /*.mem_size   =*/ ggml_tensor_overhead() * (3*LLAMA_RESIDENCY_N_KIND + 5*n_layer + 1),
             /*.mem_buffer =*/ nullptr,
             /*.no_alloc   =*/ true,
         };
@@ -403,8 +406,12 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
             if (h == nullptr) {
                 continue;
             }
-            p.exps[k]  = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], p.n_slot + p.n_used);
-            p.stage[k] = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], p.n_expert + p.n_used);
+            const int64_t n_pool = p.n_slot + p.n_used, n_stage = p.n_expert + p.n_used;
+            p.all[k]   = ggml_new_tensor_3d(ctx, h->type, h->ne[0], h->ne[1], n_pool + n_stage);
+            p.exps[k]  = ggml_view_3d(ctx, p.all[k], h->ne[0], h->ne[1], n_pool,  p.all[k]->nb[1], p.all[k]->nb[2], 0);
+            p.stage[k] = ggml_view_3d(ctx, p.all[k], h->ne[0], h->ne[1], n_stage, p.all[k]->nb[1], p.all[k]->nb[2],
+                                      (size_t) n_pool*p.all[k]->nb[2]);
+            ggml_format_name(p.all[k],   "pool%zu.all.%s", ip, k_kind_name[k]);
             ggml_format_name(p.exps[k],  "pool%zu.%s", ip, k_kind_name[k]);
             ggml_format_name(p.stage[k], "stage%zu.%s", ip, k_kind_name[k]);
         }
@@ -419,9 +426,9 @@ llama_residency * llama_residency_load(llama_model & model, const char * path, u
             ggml_format_name(lr.tab_slot,  "residency_slot-%u", il);
             ggml_format_name(lr.tab_cold,  "residency_cold-%u", il);
             ggml_format_name(lr.tab_stage, "residency_stage-%u", il);
-            lr.tab_borrow = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, (int64_t) n_used*n_expert);
+            lr.tab_hot_b  = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, (int64_t) n_used*n_expert);
             lr.tab_cold_b = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, (int64_t) n_used*n_expert);
-            ggml_format_name(lr.tab_borrow, "residency_borrow-%u", il);
+            ggml_format_name(lr.tab_hot_b,  "residency_hot_b-%u", il);
             ggml_format_name(lr.tab_cold_b, "residency_cold_b-%u", il);
         }
 
@@ -949,23 +956,17 @@ ggml_tensor * llama_residency_build_moe(
         residency_input_get(res)->cache_nodes[ids_flat] = il;
     }
 
-    // GPU branch: resident experts from the pool, cold routes on the zero slot
-    ggml_tensor * ids_hot = residency_lookup(ctx0, lr.tab_slot, ids_flat, n_used, n_tokens);
-    ggml_format_name(ids_hot, "ffn_moe_ids_hot-%d", il);
-    ggml_tensor * out_hot = build_experts(ids_hot, p.exps);
-    ggml_format_name(out_hot, "ffn_moe_hot-%d", il);
-
     const bool split = pol != nullptr || n_tokens < (int64_t) rsd->n_upload_min;
-    // borrowed memory: a decode step's GPU branch also computes the experts lent the staging area (other routes on
-    // its zero slots), and its CPU branch only the experts neither holds
+    // borrowed memory: a decode step's GPU branch computes the experts lent the staging area in the same expert
+    // computation as the pool's (both in the pool's `all` tensors), and its CPU branch only the experts neither holds
     const bool borrow_decode = rsd->borrow != nullptr && split && n_pass == 1;
+
+    // GPU branch: resident (and borrowed) experts from the pool, other routes on the pool's zero slots
+    ggml_tensor * ids_hot = residency_lookup(ctx0, borrow_decode ? lr.tab_hot_b : lr.tab_slot, ids_flat, n_used, n_tokens);
+    ggml_format_name(ids_hot, "ffn_moe_ids_hot-%d", il);
+    ggml_tensor * out_hot = build_experts(ids_hot, borrow_decode ? p.all : p.exps);
+    ggml_format_name(out_hot, "ffn_moe_hot-%d", il);
     if (borrow_decode) {
-        ggml_tensor * ids_borrow = residency_lookup(ctx0, lr.tab_borrow, ids_flat, n_used, n_tokens);
-        ggml_format_name(ids_borrow, "ffn_moe_ids_borrow-%d", il);
-        ggml_tensor * out_borrow = build_experts(ids_borrow, p.stage);
-        ggml_format_name(out_borrow, "ffn_moe_borrowed-%d", il);
-        out_hot = ggml_add(ctx0, out_hot, out_borrow);
-        ggml_format_name(out_hot, "ffn_moe_hot_borrowed-%d", il);
         residency_input_get_or_add(res, rsd)->borrow_decode = true;
     }
 

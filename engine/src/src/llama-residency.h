@@ -51,6 +51,9 @@ struct llama_residency_pool {
     int64_t n_expert = 0;         // staging slots (slot e holds expert e); then n_used zero slots
     int64_t n_used   = 0;         // k
 
+    // one tensor per kind holds the pool's slots and then its staging area's, so that a decode step's GPU branch
+    // computes resident and borrowed experts in one expert computation; exps and stage are its views
+    ggml_tensor * all  [LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_slot + n_used + n_expert + n_used]
     ggml_tensor * exps [LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_slot + n_used]
     ggml_tensor * stage[LLAMA_RESIDENCY_N_KIND] = {}; // [ne0, ne1, n_expert + n_used], one layer at a time
     ggml_tensor * route_offset = nullptr;              // F32 [n_used, 1]: j*n_expert, added to the selected ids
@@ -65,9 +68,10 @@ struct llama_residency_layer {
     ggml_tensor * tab_slot  = nullptr; // pool slot of a resident expert, else pool zero slot j
     ggml_tensor * tab_cold  = nullptr; // the expert if cold, -1 if resident
     ggml_tensor * tab_stage = nullptr; // the expert if cold, else staging zero slot j
-    // borrowed memory (decode passes): the borrowed slot of an expert that has one, else staging zero slot j; and the
-    // expert if neither the plan nor a borrowed slot holds it, else -1
-    ggml_tensor * tab_borrow = nullptr;
+    // borrowed memory (decode passes), indexing `all`: the pool slot of a resident expert, n_slot + n_used + the
+    // borrowed slot of a borrowed one, else pool zero slot j; and the expert if neither the plan nor a borrowed slot
+    // holds it, else -1
+    ggml_tensor * tab_hot_b  = nullptr;
     ggml_tensor * tab_cold_b = nullptr;
 };
 

@@ -220,8 +220,8 @@ def _borrowed_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts,
 def _engine_borrow_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerCosts, p: SimParams) -> np.ndarray:
     """The engine's borrowed memory (`ostinato.residency.borrow`): at each token boundary the copies queued at the last
     one join the tables (waiting for what the last step did not cover) and up to `admit` copies per pool are queued;
-    the step's CPU branch skips the borrowed experts, and its GPU branch computes them in a third expert computation
-    of the layer (one more G)."""
+    the step's CPU branch skips the borrowed experts, and its GPU branch computes them in the pool's own expert
+    computation (one G: the staging area's slots follow the pool's in one tensor, engine/README.md)."""
     n_step, n_layer, _ = ids.shape
     out = np.empty(n_step)
     slots = st.slots
@@ -236,7 +236,7 @@ def _engine_borrow_decode_ms(ids: np.ndarray, pol: Policy, st: _State, c: LayerC
         for il in moe:
             slots.record(il, row[il], decode=True)
         cpu = c.cpu((~on_gpu).sum(axis=1))
-        gpu = 2.0 * c.gpu
+        gpu = c.gpu
         t = np.maximum(cpu, gpu) if pol.decode_overlap else cpu + gpu
         step = p.decode_other_ms + pol.decode_delta_ms + float(t.sum())
         st.admissions += slots.counts.admissions - before
