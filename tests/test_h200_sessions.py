@@ -54,10 +54,38 @@ def test_carried_sessions_are_required_where_the_replays_need_them(tmp_path):
     ("heldout/run.sh", r"replay\(\) \{\n  carried_sessions\n"),
     ("branches/run.sh", r"carried_sessions[^\n]*\n  rc=0; smk \"\$BUDGET\""),
     ("baselines/run.sh", r"REQUIRE_SESSIONS=1 carried_sessions[^\n]*\n(?:.*\n){0,12}?\s+timeout \"\$BUDGET\" python3 -m snakemake"),
-    ("baselines/run.sh", r"carried_sessions[^\n]*\n  rc=0\n  timeout \"\$BUDGET\" python3 -m snakemake[^\n]*\n[^\n]*\n"
+    ("baselines/run.sh", r"carried_sessions[^\n]*\n  rc=0\n  timeout \"\$BUDGET\" python3 -m snakemake[^\n]*\n(?:[^\n]*\n){1,3}"
                          r"\s+--rerun-triggers mtime --keep-going results/sweep/rows.csv"),
 ])
 def test_gpu_scripts_put_the_carried_sets_in_before_snakemake(script, before):
     text = (H200 / script).read_text()
     assert 'source "$(dirname "$0")/../sessions.sh"' in text
     assert re.search(before, text), f"{script}: carried_sessions does not come before its snakemake call"
+
+
+def _gpu_machine(tmp_path: Path, smi: str | None) -> str:
+    """gpu_machine (data/reference/h200/machine.sh) with a stand-in nvidia-smi printing `smi` (None: no nvidia-smi)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    if smi is not None:
+        (bindir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s\\n' '{smi}'\n")
+        (bindir / "nvidia-smi").chmod(0o755)
+    script = f"set -euo pipefail; source {H200 / 'machine.sh'}; gpu_machine"
+    env = {**os.environ, "PATH": f"{bindir}:/usr/bin:/bin"}
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("smi, label", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
+                                        ("NVIDIA A100-SXM4-80GB", "auto"), (None, "auto")])
+def test_the_measured_series_take_the_label_of_the_gpu_that_ran(tmp_path, smi, label):
+    """A device call may be lent an H100 for config/h200.yaml: its series are then labelled h100, not h200."""
+    assert _gpu_machine(tmp_path, smi) == label
+
+
+@pytest.mark.parametrize("script", ["heldout/run.sh", "branches/run.sh", "baselines/run.sh"])
+def test_every_gpu_snakemake_call_sets_the_machine_label(script):
+    text = (H200 / script).read_text()
+    assert 'source "$(dirname "$0")/../machine.sh"' in text
+    calls = text.count("python3 -m snakemake --cores all")
+    assert calls and text.count('"machine=$(gpu_machine)"') == (1 if script == "heldout/run.sh" else calls)

@@ -717,13 +717,15 @@ def _fake_build(root: Path, variant: str, fingerprint: str, sources: str | None)
     return binary
 
 
-def _replay_dir(path: Path, binary: Path | str, build: dict | None, sessions: Path | None = None) -> Path:
+def _replay_dir(path: Path, binary: Path | str, build: dict | None, sessions: Path | None = None,
+                gpus: tuple[str, ...] = ()) -> Path:
     path.mkdir(parents=True)
     entry = {"server_command": [str(binary), "-m", "m.gguf"], **({"engine_build": build} if build else {})}
     if sessions is not None:
         from ostinato.atomic import sha256_file
 
-        entry.update(sessions_file=str(sessions), sessions_sha256=sha256_file(sessions))
+        entry.update(sessions_file=str(sessions), sessions_sha256=sha256_file(sessions),
+                     machine_info={"label": "m", "gpus": [{"name": g} for g in gpus]})
     (path / "runs.json").write_text(json.dumps([{"server_command": ["old"]}, entry]))
     return path
 
@@ -779,9 +781,27 @@ def test_same_engine_keeps_only_replays_of_the_build_their_binary_is_now(tmp_pat
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("same: ") and lines[1].startswith("DIFFERENT: ")
     assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[])) == 0
+    # the same build and sessions on another GPU model (an H200 replay carried to a session lent an H100); this
+    # test machine has no GPU
+    h200 = _replay_dir(tmp_path / "r" / "cli-h200", binary, now, sessions, gpus=("NVIDIA H200",))
+    assert same_engine_cmd(argparse.Namespace(replays=[h200], legacy_sources=[])) == 1
+    assert "ran on NVIDIA H200, this machine has no GPU" in capsys.readouterr().out
     sessions.write_text('{"session": "b"}\n')  # the same build, other sessions (a set built from other traces)
     assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[])) == 1
     assert "(other sessions)" in capsys.readouterr().out
+
+
+def test_same_gpus_compares_the_recorded_gpu_models(tmp_path):
+    from ostinato.replay.provenance import gpu_names, same_gpus
+
+    sessions = tmp_path / "s.jsonl"
+    sessions.write_text("{}\n")
+    r = _replay_dir(tmp_path / "r", "bin", None, sessions, gpus=("NVIDIA H200",))
+    assert same_gpus(r, ["NVIDIA H200"]).same
+    assert not same_gpus(r, ["NVIDIA H100 80GB HBM3"]).same
+    assert gpu_names([{"name": "A"}, "junk", {"name": "B"}]) == ["A", "B"] and gpu_names(None) == []
+    bare = _replay_dir(tmp_path / "bare", "bin", None)
+    assert "recorded no machine description" in same_gpus(bare, []).why
 
 
 def test_same_sessions_keeps_only_replays_of_the_session_file_there_now(tmp_path):

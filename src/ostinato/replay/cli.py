@@ -14,7 +14,8 @@ from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
-from ostinato.replay.provenance import engine_build, parse_legacy_sources, same_engine, same_sessions
+from ostinato.replay.provenance import (engine_build, gpu_names, parse_legacy_sources, same_engine, same_gpus,
+                                       same_sessions)
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
 from ostinato.server.client import APIS
@@ -147,7 +148,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.set_defaults(func=bitwise_cmd)
 
     e = sub.add_parser("same-engine", help="whether finished replays ran the engine build their server binary is now, "
-                                           "on the session file there now (before they are kept on another machine)")
+                                           "on the session file there now and GPUs of this machine's kind (before "
+                                           "they are kept on another machine)")
     e.add_argument("replays", nargs="+", type=Path, metavar="DIR", help="replay OUT/<engine> directories")
     e.add_argument("--legacy-sources", nargs="+", default=[], metavar="VARIANT=SHA256",
                    help="for replays from before the build was recorded: the sources fingerprint of the engine code "
@@ -327,13 +329,16 @@ def bitwise_cmd(args: argparse.Namespace) -> int:
 
 
 def same_engine_cmd(args: argparse.Namespace) -> int:
-    """Handler of `replay same-engine`: one line per replay (its sessions' line when they differ, else its engine's);
-    returns 1 unless every one ran its binary's build on the session file there now."""
+    """Handler of `replay same-engine`: one line per replay (its sessions' line when they differ, else its GPUs' when
+    they differ, else its engine's); returns 1 unless every one ran its binary's build on the session file there now
+    and on this machine's GPU models."""
     legacy = parse_legacy_sources(args.legacy_sources)
+    gpus = gpu_names(describe_machine().to_json()["gpus"])
     matches = []
     for d in args.replays:
         sessions = same_sessions(d)
-        matches.append(same_engine(d, legacy) if sessions.same else sessions)
+        machine = same_gpus(d, gpus) if sessions.same else sessions
+        matches.append(same_engine(d, legacy) if machine.same else machine)
     for m in matches:
         print(f"{'same' if m.same else 'DIFFERENT'}: {m.why}")
     return 0 if all(m.same for m in matches) else 1

@@ -3,8 +3,10 @@
 A replay resumed across machines (the H200 runs of `data/reference/h200/heldout/`, carried from one device session to
 the next) may keep its finished sessions only if the engine it would run now is the one it ran then; `replay run`
 refuses or restarts a partial replay whose build changed (`engine_build` is one of its setup keys), and
-`same_engine` makes the same check for a finished one, and `same_sessions` checks that it replayed the session file
-that is there now (a GPU machine without the trace mirror builds other sets from the committed tables).
+`same_engine` makes the same check for a finished one, `same_sessions` checks that it replayed the session file
+that is there now (a GPU machine without the trace mirror builds other sets from the committed tables), and
+`same_gpus` that it ran on GPUs of the kind this machine has (a device session may be lent an H100 where the last
+one had an H200: timings of the two are not one run's).
 """
 
 from __future__ import annotations
@@ -74,6 +76,25 @@ def same_sessions(replay_dir: Path) -> ReplayMatch:
         return ReplayMatch(False, f"{replay_dir}: replayed {name} of sha256 {sha[:12]}, the file here is {now[:12]} "
                                   "(other sessions)")
     return ReplayMatch(True, f"{replay_dir}: the same sessions ({name}, {sha[:12]})")
+
+
+def gpu_names(gpus: object) -> list[str]:
+    """The GPU model names of a machine description's `gpus` list (machine.json, runs.json's machine_info)."""
+    if not isinstance(gpus, list):
+        return []
+    return [str(g.get("name", "")) for g in gpus if isinstance(g, dict)]
+
+
+def same_gpus(replay_dir: Path, now: list[str]) -> ReplayMatch:
+    """Compare the GPU models a replay ran on (its last run's machine_info) with `now`, this machine's."""
+    info = _last_run(replay_dir).get("machine_info")
+    if not isinstance(info, dict):
+        return ReplayMatch(False, f"{replay_dir}: recorded no machine description")
+    then = gpu_names(info.get("gpus"))
+    if then != now:
+        return ReplayMatch(False, f"{replay_dir}: ran on {', '.join(then) or 'no GPU'}, this machine has "
+                                  f"{', '.join(now) or 'no GPU'}")
+    return ReplayMatch(True, f"{replay_dir}: the same GPUs ({', '.join(now) or 'none'})")
 
 
 def same_engine(replay_dir: Path, legacy_sources: dict[str, str] | None = None) -> ReplayMatch:

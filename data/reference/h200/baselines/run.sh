@@ -21,6 +21,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
 ost() { python3 -m ostinato "$@"; }
 source "$(dirname "$0")/../sessions.sh"
+source "$(dirname "$0")/../machine.sh"  # gpu_machine: the label of the measured series, this GPU's
 
 case "$part" in
 build)
@@ -48,6 +49,7 @@ EOF
   rc=0
   timeout "$BUDGET" python3 -m snakemake --cores all --configfile config/h200.yaml \
       --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
+      "machine=$(gpu_machine)" \
       --rerun-triggers mtime --keep-going $TARGETS > "$OUT/snakemake-$(date +%s).log" 2>&1 || rc=$?
   echo "snakemake rc=$rc"
   tail -15 "$(ls -t "$OUT"/snakemake-*.log | head -1)"
@@ -65,6 +67,7 @@ sweep)
   rc=0
   timeout "$BUDGET" python3 -m snakemake --cores all --configfile config/h200.yaml \
       --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
+      "machine=$(gpu_machine)" \
       --rerun-triggers mtime --keep-going results/sweep/rows.csv > "$OUT/snakemake-sweep.log" 2>&1 || rc=$?
   echo "snakemake rc=$rc"; tail -15 "$OUT/snakemake-sweep.log"
   mkdir -p "$OUT/results/sweep"

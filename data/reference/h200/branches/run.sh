@@ -34,6 +34,7 @@ part=${1:?usage: run.sh build|sweep|sweep2|calibrate|stage}
 OUT=${OUT:-$(dirname "$0")/out}
 source "$(dirname "$0")/../prebuilt.sh"
 source "$(dirname "$0")/../sessions.sh"  # carried_sessions: the session sets of a CPU machine, before snakemake
+source "$(dirname "$0")/../machine.sh"   # gpu_machine: the label of the measured series, this GPU's
 gather_prebuilt
 if [ "$part" = stage ]; then stage_prebuilt; exit 0; fi
 BUDGET=${BUDGET:-540}    # seconds snakemake may run in one call (it resumes in the next)
@@ -45,7 +46,7 @@ ost() { python3 -m ostinato "$@"; }
 smk() {
   timeout "$1" python3 -m snakemake --cores all --scheduler greedy --configfile config/h200.yaml ${SWEEP_CONFIG:-} \
       --config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}" \
-               "sweep={engines: [$ENGINES]}" \
+               "machine=$(gpu_machine)" "sweep={engines: [$ENGINES]}" \
       --rerun-triggers mtime --keep-going "${@:2}"
 }
 start=$(date +%s)

@@ -54,6 +54,8 @@ source "$(dirname "$0")/../prebuilt.sh"
 # the session sets as a CPU machine built them from the trace mirror, required here (../sessions.sh)
 source "$(dirname "$0")/../sessions.sh"
 REQUIRE_SESSIONS=1
+# the label of the measured series: this GPU's (../machine.sh)
+source "$(dirname "$0")/../machine.sh"
 gather_prebuilt
 if [ "$part" = stage ]; then stage_prebuilt; exit 0; fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -67,7 +69,8 @@ if [ "${BITWISE_ALONE:-0}" = 1 ]; then
   printf 'replay:\n  bitwise:\n    after_replays: false\n' > "$OUT/bitwise-alone.yaml"
   CONFIG+=("$OUT/bitwise-alone.yaml")
 fi
-CONFIG+=(--config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}")
+CONFIG+=(--config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}"
+         "machine=$(gpu_machine)")
 smk() {
   timeout -k 20 "$1" python3 -m snakemake --cores all --scheduler greedy "${CONFIG[@]}" --rerun-triggers mtime --keep-going "${@:2}"
 }
