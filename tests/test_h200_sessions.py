@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,16 +69,18 @@ def _gpu_machine(tmp_path: Path, smi: str | None) -> str:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     if smi is not None:
-        (bindir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s\\n' '{smi}'\n")
+        (bindir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s\\n' '{smi}, 580.159.04, 81559, 5, 16'\n")
         (bindir / "nvidia-smi").chmod(0o755)
     script = f"set -euo pipefail; source {H200 / 'machine.sh'}; gpu_machine"
-    env = {**os.environ, "PATH": f"{bindir}:/usr/bin:/bin"}
+    env = {**os.environ, "PATH": f"{bindir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+           "PYTHONPATH": str(REPO / "src")}
     out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
 @pytest.mark.parametrize("smi, label", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
-                                        ("NVIDIA A100-SXM4-80GB", "auto"), (None, "auto")])
+                                        ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+                                        (None, f"cpu-{os.cpu_count()}c")])
 def test_the_measured_series_take_the_label_of_the_gpu_that_ran(tmp_path, smi, label):
     """A device call may be lent an H100 for config/h200.yaml: its series are then labelled h100, not h200."""
     assert _gpu_machine(tmp_path, smi) == label

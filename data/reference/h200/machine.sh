@@ -4,13 +4,8 @@
 # H200's, and its results belong under data/reference/h100/. `replay same-engine` (the held-out resumption) keeps no
 # replay carried from another GPU model.
 
-# the machine label of this GPU: h200 or h100 by nvidia-smi's first GPU name, else `auto` (the host name)
+# the machine label of this GPU (`ostinato.machine`'s default label, from nvidia-smi: h200, h100, ...); needs the
+# package on PYTHONPATH, as the scripts set it before their snakemake calls
 gpu_machine() {
-  local name
-  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
-  case "$name" in
-    *H200*) echo h200 ;;
-    *H100*) echo h100 ;;
-    *) echo auto ;;
-  esac
+  python3 -c 'from ostinato.machine import describe_machine; print(describe_machine().label)'
 }

@@ -14,8 +14,7 @@ from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
-from ostinato.replay.provenance import (engine_build, gpu_names, parse_legacy_sources, same_engine, same_gpus,
-                                       same_sessions)
+from ostinato.replay.provenance import engine_build, parse_legacy_sources, same_engine, same_gpus, same_sessions
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
 from ostinato.server.client import APIS
@@ -333,7 +332,7 @@ def same_engine_cmd(args: argparse.Namespace) -> int:
     they differ, else its engine's); returns 1 unless every one ran its binary's build on the session file there now
     and on this machine's GPU models."""
     legacy = parse_legacy_sources(args.legacy_sources)
-    gpus = gpu_names(describe_machine().to_json()["gpus"])
+    gpus = [g.name for g in describe_machine().gpus]
     matches = []
     for d in args.replays:
         sessions = same_sessions(d)
