@@ -719,6 +719,8 @@ def test_whole_sessions_overlapped_replay_bitwise_the_in_turn_replay(engine_vari
         graph = compare(outs["inturn"], outs["step"])
         assert graph.equal and graph.tokens == report.tokens and graph.borrow_b == report.borrow_a, graph.differences[:3]
     if policy == "borrow":
+        # shown with pytest -rA, so a GPU run's log says how many decode steps hit a borrowed expert
+        print(f"bitwise {policy}: {report.requests} requests, {report.tokens} tokens; borrow counters {report.borrow_a}")
         assert report.borrow_a == report.borrow_b and report.borrow_a["steps"] == 2 * 3 * (6 - 1)
         assert 0 < report.borrow_a["steps_hit"] <= report.borrow_a["hits"]
         from ostinato.replay.bitwise import _sessions
