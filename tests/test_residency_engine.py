@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -445,7 +446,8 @@ def test_the_device_counts_its_waits_for_a_slow_worker(engine_variants, model_ca
     """A worker slowed to 3 ms per answer (OSTINATO_TEST_WORKER_STALL_MS) within the timeout: the step succeeds, its
     tokens are those of per-segment graphs, and GET /residency's `graph` counts the worker's time and the device's waits
     for its answers, each at least half the stall for every layer answered (the device's own work between a SEND and
-    its RECV takes a small part of that)."""
+    its RECV takes a small part of that), and that own work (`gpu_ms`, the GPU branch), which with the waits fits in
+    the request's time."""
     model, shape, trace, ref, tmp = model_case
     plan = tmp / "plan-wait.json"
     write_plan(plan, single_gpu_plan(shape, _random_plan(shape, 5)))
@@ -456,9 +458,13 @@ def test_the_device_counts_its_waits_for_a_slow_worker(engine_variants, model_ca
                        env={"OSTINATO_TEST_WORKER_STALL_MS": "3"})
     with LlamaServer(cfg) as srv:
         before = _timings(srv)["graph"]
+        t0 = time.perf_counter()
         out = _complete(srv, trace)
+        wall_ms = (time.perf_counter() - t0) * 1e3
         after = _timings(srv)["graph"]
     n = after["branches"] - before["branches"]
+    gpu, wait = after["gpu_ms"] - before["gpu_ms"], after["wait_ms"] - before["wait_ms"]
+    assert 0 < gpu and gpu + wait <= wall_ms, (before, after, wall_ms)
     assert out["tokens"] == ref["tokens"] and n > 0, (n, out["tokens"], ref["tokens"])
     assert after["cpu_ms"] - before["cpu_ms"] >= 0.95 * 3 * n, (before, after)
     # (no upper bound: a receive notices the answer when its thread runs, which on a loaded machine comes later)

@@ -134,7 +134,7 @@ def test_summary_gives_the_cpu_workers_time_per_decode_step():
     """Decode rows of one graph per decode step: the worker's time over the requests' decode steps (a request of n
     tokens computes n - 1 of them), and the share of its layers that had no cold route; rows without counters add
     nothing."""
-    from ostinato.sweep.prefill import _graph_step
+    from ostinato.sweep.prefill import _graph_step, worker_bound
 
     rows = _rows("base", 2.0)
     dec = [r for r in rows if r.kind == "decode"]
@@ -146,6 +146,20 @@ def test_summary_gives_the_cpu_workers_time_per_decode_step():
     assert got["worker_wait_ms_per_step"] == pytest.approx(8.0 / 12)
     assert got["worker_skipped_share"] == pytest.approx(16 / 96)
     assert "worker_routes_per_step" not in got  # rows of an engine without the breakdown
+    assert "worker_bound_ms_per_step" not in got  # nor the device's own time (an engine before GET /residency's gpu_ms)
+    for r, gpu in zip(dec, (1.0, 5.0, None)):
+        r.worker_gpu_ms = gpu
+    got = [r for r in summarize(rows, "base", n_resamples=200) if r["kind"] == "decode"][0]
+    step = got["median_s"] * 1e3
+    assert got["worker_gpu_ms_per_step"] == pytest.approx(0.5)
+    # the rest of a step: less the device's own work and its waits; at best the larger branch (here the worker's)
+    assert got["worker_rest_ms_per_step"] == pytest.approx(step - 0.5 - 8.0 / 12)
+    assert got["worker_bound_ms_per_step"] == pytest.approx(step - 0.5 - 8.0 / 12 + 16.0 / 12)
+    assert got["worker_bound_ratio"] == pytest.approx(step / got["worker_bound_ms_per_step"])
+    # a GPU branch longer than the worker's: the bound takes it
+    assert worker_bound(10.0, 4.0, 0.5, 3.0) == {"worker_gpu_ms_per_step": 4.0, "worker_rest_ms_per_step": 5.5,
+                                                 "worker_bound_ms_per_step": 9.5,
+                                                 "worker_bound_ratio": pytest.approx(10.0 / 9.5)}
     assert _graph_step(["-t", "4", "--residency-graph", "step"])
     assert not _graph_step(["--residency-graph", "step", "--residency-graph", "segments"])
     assert not _graph_step(["--residency-graph"]) and not _graph_step([])
@@ -372,6 +386,8 @@ def test_sweep_cli_gives_the_cpu_workers_time_with_one_graph_per_decode_step(eng
     assert (step["worker_branches"] % (step["n_output"] - 1) == 0).all(), step  # every MoE layer of every step
     assert (step["worker_skipped"] <= step["worker_branches"]).all() and (step["worker_ms"] > 0).all()
     assert (step["worker_wait_ms"] >= 0).all(), step
+    # the device's own work between each hand-over and its receive, by its clock: within the request's decode
+    assert ((step["worker_gpu_ms"] > 0) & (step["worker_gpu_ms"] + step["worker_wait_ms"] <= step["latency_s"] * 1e3)).all(), step
     assert (step["worker_routes"] >= step["worker_branches"] - step["worker_skipped"]).all(), step
     assert ((step["worker_compute_ms"] > 0) & (step["worker_compute_ms"] <= step["worker_ms"])).all(), step
     for by, branches in zip(step["worker_by_routes"], step["worker_branches"]):
@@ -380,3 +396,4 @@ def test_sweep_cli_gives_the_cpu_workers_time_with_one_graph_per_decode_step(eng
     summ = {r["engine"]: r for r in json.loads((out / "summary.json").read_text())["rows"] if r["kind"] == "decode"}
     assert summ["ostinato-graph"]["worker_ms_per_step"] > 0 and "worker_ms_per_step" not in summ["ostinato-overlap"]
     assert summ["ostinato-graph"]["worker_beta_ms"] > 0 and summ["ostinato-graph"]["worker_fit_layers"] > 0
+    assert summ["ostinato-graph"]["worker_bound_ms_per_step"] > 0 and summ["ostinato-graph"]["worker_bound_ratio"] > 0

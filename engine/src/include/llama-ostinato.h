@@ -179,6 +179,8 @@ extern "C" {
         uint64_t n_graph_skipped;      // of which every route was resident (the worker computed nothing)
         int64_t  t_graph_cpu_us;       // the workers' time on them
         int64_t  t_graph_wait_us;      // the devices' waits for the workers' answers (their clocks)
+        int64_t  t_graph_gpu_us;       // the devices' own work between each hand-over and its receive: the GPU
+                                       // branch of every layer answered (their clocks)
         uint64_t n_graph_routes;       // cold routes the workers computed (a route: one token's use of one expert)
         int64_t  t_graph_compute_us;   // of t_graph_cpu_us, the time in computing them (the graphs of the CPU branches)
         // the answered layers by their number of cold routes r (index r; the last also counts more), and the compute

@@ -23,7 +23,7 @@ static inline void residency_cpu_relax() {}
 #endif
 
 // the channel's flags, each on its own cache line, then its buffer
-static constexpr size_t k_flags_bytes = 256;
+static constexpr size_t k_flags_bytes = 320;
 
 static size_t residency_pad(size_t n) {
     return (n + GGML_HOST_BRANCH_ALIGN - 1) / GGML_HOST_BRANCH_ALIGN * GGML_HOST_BRANCH_ALIGN;
@@ -59,6 +59,7 @@ llama_residency_host::llama_residency_host(ggml_backend_dev_t dev, size_t in_byt
     ch.done       = (volatile int64_t *) (base + 64);
     ch.error      = (volatile int64_t *) (base + 128);
     ch.waited     = (volatile int64_t *) (base + 192);
+    ch.busy       = (volatile int64_t *) (base + 256);
     ch.counter    = (int64_t *) ggml_backend_buffer_get_base(buf_dev);
     ch.buf        = base + k_flags_bytes;
     ch.buf_size   = buf_size;

@@ -1672,6 +1672,7 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
     out->n_graph_skipped  = 0;
     out->t_graph_cpu_us   = 0;
     out->t_graph_wait_us  = 0;
+    out->t_graph_gpu_us   = 0;
     out->n_graph_routes     = 0;
     out->t_graph_compute_us = 0;
     for (int i = 0; i <= LLAMA_RESIDENCY_GRAPH_ROUTES_MAX; ++i) {
@@ -1683,6 +1684,7 @@ int32_t llama_model_residency_stats(const struct llama_model * model, struct lla
         out->n_graph_skipped  += h->n_skipped.load();
         out->t_graph_cpu_us   += h->t_cpu_us.load();
         out->t_graph_wait_us  += h->ch.waited[0] / 1000;
+        out->t_graph_gpu_us   += h->ch.busy[0] / 1000;
         out->n_graph_routes     += h->n_routes.load();
         for (int i = 0; i <= LLAMA_RESIDENCY_GRAPH_ROUTES_MAX; ++i) {
             const int64_t t = h->t_by_routes_us[i].load();

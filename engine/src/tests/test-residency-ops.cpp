@@ -406,6 +406,8 @@ static void test_branch(ggml_backend_t be, ggml_backend_dev_t dev, bool answer, 
     ch.ready = (volatile int64_t *) base;
     ch.done  = (volatile int64_t *) (base + 64);
     ch.error = (volatile int64_t *) (base + 128);
+    ch.waited = (volatile int64_t *) (base + 192);
+    ch.busy  = (volatile int64_t *) (base + 208);
     ch.counter = (int64_t *) ggml_backend_buffer_get_base(buf_dev);
     ch.buf = base + 256;
     ch.buf_size = 8192;
@@ -446,6 +448,8 @@ static void test_branch(ggml_backend_t be, ggml_backend_dev_t dev, bool answer, 
     const size_t ids_off = (ggml_nbytes(x) + GGML_HOST_BRANCH_ALIGN - 1) / GGML_HOST_BRANCH_ALIGN * GGML_HOST_BRANCH_ALIGN;
     const int n_run = answer ? 4 : 1;
     std::atomic<bool> stop{false};
+    double ms_all = 0.0; // the graphs' wall time, which the device's waits and its own work between hand-over and
+                         // receive (by its clock) fit in
     std::thread host;
     if (ok) {
         host = std::thread(host_answer, &ch, answer ? 2*n_run : 0, n_x, (int64_t) ids_off, &stop);
@@ -462,6 +466,7 @@ static void test_branch(ggml_backend_t be, ggml_backend_dev_t dev, bool answer, 
         ok = ggml_backend_graph_compute(be, gf) == GGML_STATUS_SUCCESS;
         ggml_backend_synchronize(be);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        ms_all += ms;
         std::vector<float> ov(n_x);
         ggml_backend_tensor_get(out, ov.data(), 0, ggml_nbytes(out));
         if (answer) {
@@ -470,10 +475,13 @@ static void test_branch(ggml_backend_t be, ggml_backend_dev_t dev, bool answer, 
                 const float y0v = 5.0f*xv[i] + (float) iv[0];
                 bad += ov[i] != 2.5f*y0v + (float) iv[0];
             }
-            ok = ok && bad == 0 && ch.error[0] == 0 && ch.done[0] == 2*(run + 1);
-            char b[160];
-            snprintf(b, sizeof(b), "run %d: %lld wrong values, error word %lld, answered %lld", run, (long long) bad,
-                     (long long) ch.error[0], (long long) ch.done[0]);
+            const double waited_ms = ch.waited[0]/1e6, busy_ms = ch.busy[0]/1e6;
+            ok = ok && bad == 0 && ch.error[0] == 0 && ch.done[0] == 2*(run + 1) && waited_ms >= 0.0 && busy_ms >= 0.0 &&
+                 waited_ms + busy_ms <= ms_all;
+            char b[200];
+            snprintf(b, sizeof(b), "run %d: %lld wrong values, error word %lld, answered %lld, waits %.3f ms and own "
+                     "work %.3f ms in %.3f ms", run, (long long) bad, (long long) ch.error[0], (long long) ch.done[0],
+                     waited_ms, busy_ms, ms_all);
             detail = b;
         } else {
             // the first receive times out (branch 3 recorded), the second returns at once: about one timeout in all

@@ -93,12 +93,14 @@ class BenchRow:
     branch_bound_ms_step: float | None = None
     cold_routes_step: float | None = None
     # one graph per decode step (engines started with --residency-graph step; decode rows): the GET /residency `graph`
-    # counters over the request: layers the CPU worker answered, of which all routes were resident, its time, and the
-    # device's waits for its answers (ms, the device's clock)
+    # counters over the request: layers the CPU worker answered, of which all routes were resident, its time, the
+    # device's waits for its answers and the device's own work between each hand-over and its receive (the GPU branch)
+    # (ms, the device's clock)
     worker_branches: int | None = None
     worker_skipped: int | None = None
     worker_ms: float | None = None
     worker_wait_ms: float | None = None
+    worker_gpu_ms: float | None = None
     # and the cold routes it computed, its time computing them (of worker_ms), and per number r of a layer's cold
     # routes the layers answered and their compute time, as JSON [[r, layers, ms], ...] (the worker's own C(r))
     worker_routes: int | None = None
@@ -131,6 +133,8 @@ def _with_worker(row: BenchRow, before: dict | None, after: dict | None) -> Benc
         row.worker_skipped = after["skipped"] - before["skipped"]
         row.worker_ms = after["cpu_ms"] - before["cpu_ms"]
         row.worker_wait_ms = after["wait_ms"] - before["wait_ms"]
+        if "gpu_ms" in after and "gpu_ms" in before:
+            row.worker_gpu_ms = after["gpu_ms"] - before["gpu_ms"]
         if "routes" in after and "routes" in before:
             row.worker_routes = after["routes"] - before["routes"]
             row.worker_compute_ms = after["compute_ms"] - before["compute_ms"]
@@ -166,6 +170,19 @@ def fit_worker_cost(rows: list[list]) -> dict[str, float]:
     # sum over layers of (r - mean_r) * t = sum over r of (r - mean_r) * (sum of t over its layers)
     beta = sum((r - mean_r) * ms for r, _, ms in pts) / var_r
     return {"worker_alpha_ms": mean_t - beta * mean_r, "worker_beta_ms": beta, "worker_fit_layers": n}
+
+
+def worker_bound(step_ms: float, gpu_ms: float, wait_ms: float, worker_ms: float) -> dict[str, float]:
+    """One graph per decode step, per step: where its time goes and what it would take at best. The device's own work
+    between the hand-overs and their receives (`gpu_ms`, the GPU branch) and its waits for the worker (`wait_ms`) leave
+    the rest of the step (`worker_rest_ms_per_step`: the layers' other nodes, the copies); with the branches fully
+    overlapped a step would take that rest and the larger of the two branches (`worker_bound_ms_per_step`, the issue's
+    max(GPU branch, CPU branch) over a step, a lower bound: per layer the larger of the two can only add up to more).
+    `worker_bound_ratio` is the step's time over that bound."""
+    rest = step_ms - gpu_ms - wait_ms
+    bound = rest + max(gpu_ms, worker_ms)
+    return {"worker_gpu_ms_per_step": gpu_ms, "worker_rest_ms_per_step": rest, "worker_bound_ms_per_step": bound,
+            "worker_bound_ratio": step_ms / bound if bound > 0 else float("nan")}
 
 
 def _graph_step(args: list[str]) -> bool:
@@ -336,6 +353,9 @@ def summarize(rows: list[BenchRow], baseline: str, n_resamples: int = 2000) -> l
                             "worker_skipped_share": sum(r.worker_skipped for r in w) / sum(r.worker_branches for r in w)})
                 if all(r.worker_wait_ms is not None for r in w):
                     rec["worker_wait_ms_per_step"] = sum(r.worker_wait_ms for r in w) / steps
+                if all(r.worker_wait_ms is not None and r.worker_gpu_ms is not None for r in w):
+                    rec.update(worker_bound(rec["median_s"] * 1e3, sum(r.worker_gpu_ms for r in w) / steps,
+                                            rec["worker_wait_ms_per_step"], rec["worker_ms_per_step"]))
                 if all(r.worker_routes is not None for r in w):
                     rec.update({"worker_routes_per_step": sum(r.worker_routes for r in w) / steps,
                                 "worker_compute_ms_per_step": sum(r.worker_compute_ms for r in w) / steps})

@@ -37,6 +37,9 @@ struct ggml_host_channel {
     volatile int64_t * error;   // [0] branch + 1 of a receive that timed out (0: none), [1] its sequence number
     volatile int64_t * waited;  // [0] nanoseconds the receives waited for the worker, by the device's clock, summed
                                 // (NULL: not counted)
+    volatile int64_t * busy;    // [0] nanoseconds of the device's own work between each SEND's signal and its RECV
+                                // (the device's branch), by the device's clock, summed; [1] that clock at the last
+                                // signal (NULL: not counted)
     int64_t          * counter; // the device's copy of the last sequence number sent
     char             * buf;     // the sends' sources, then the result at out_offset
     size_t             buf_size;

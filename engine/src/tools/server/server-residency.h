@@ -52,7 +52,8 @@ inline server_http_res_ptr ostinato_residency_response(llama_context * ctx, cons
                     {"ms", st.t_borrow_us / 1e3}, {"wait_ms", st.t_borrow_wait_us / 1e3}}},
         {"graph", {{"step", st.graph_step != 0}, {"threads", st.n_graph_threads}, {"branches", st.n_graph_branches},
                    {"skipped", st.n_graph_skipped}, {"cpu_ms", st.t_graph_cpu_us / 1e3},
-                   {"wait_ms", st.t_graph_wait_us / 1e3}, {"routes", st.n_graph_routes},
+                   {"wait_ms", st.t_graph_wait_us / 1e3}, {"gpu_ms", st.t_graph_gpu_us / 1e3},
+                   {"routes", st.n_graph_routes},
                    {"compute_ms", st.t_graph_compute_us / 1e3}}},
     };
     // the worker's answered layers by their cold routes: [routes, layers, compute ms] where it answered any

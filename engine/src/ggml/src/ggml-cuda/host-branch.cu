@@ -3,7 +3,7 @@
 // sequence number in device memory and publishes it to the host. RECV: one thread waits, on the GPU, until the host
 // worker has answered that number (volatile reads of pinned host memory, __nanosleep between them; at most
 // timeout_ns by the GPU's global timer, after which it records the branch in the channel's error word; the time it
-// waited is added to the channel's `waited`), then the
+// waited is added to the channel's `waited`, and the GPU's own work since the SEND's signal to its `busy`), then the
 // result is copied from the host buffer. Everything between the two nodes runs while the host computes.
 #include "host-branch.cuh"
 
@@ -15,19 +15,27 @@ static __device__ __forceinline__ uint64_t host_branch_globaltimer() {
     return t;
 }
 
-static __global__ void host_branch_signal(int64_t * counter, volatile int64_t * ready, const int64_t branch) {
+static __global__ void host_branch_signal(int64_t * counter, volatile int64_t * ready, volatile int64_t * busy,
+                                          const int64_t branch) {
     const int64_t seq = *counter + 1;
     *counter = seq;
     ready[1] = branch;
     __threadfence_system();
     ready[0] = seq;
     __threadfence_system();
+    if (busy != nullptr) {
+        busy[1] = (int64_t) host_branch_globaltimer();
+    }
 }
 
 static __global__ void host_branch_wait(const int64_t * counter, volatile int64_t * done, volatile int64_t * error,
-                                        volatile int64_t * waited, const int64_t branch, const int64_t timeout_ns) {
+                                        volatile int64_t * waited, volatile int64_t * busy, const int64_t branch,
+                                        const int64_t timeout_ns) {
     const int64_t  seq = *counter;
     const uint64_t t0  = host_branch_globaltimer();
+    if (busy != nullptr) {
+        busy[0] += (int64_t) t0 - busy[1];
+    }
     while (done[0] < seq && error[0] == 0) { // (after one receive timed out, the graph's others do not wait)
         if ((int64_t) (host_branch_globaltimer() - t0) > timeout_ns) {
             error[1] = seq;
@@ -66,12 +74,14 @@ void ggml_cuda_op_host_branch(ggml_backend_cuda_context & ctx, ggml_tensor * dst
             CUDA_CHECK(cudaMemcpyAsync(ch->buf + ggml_host_branch_offset(dst, i), dst->src[i]->data,
                                        ggml_nbytes(dst->src[i]), cudaMemcpyDeviceToHost, stream));
         }
-        host_branch_signal<<<1, 1, 0, stream>>>(ch->counter, host_branch_dev_ptr(ch->ready), branch);
+        host_branch_signal<<<1, 1, 0, stream>>>(ch->counter, host_branch_dev_ptr(ch->ready),
+                                                ch->busy != nullptr ? host_branch_dev_ptr(ch->busy) : nullptr, branch);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
     host_branch_wait<<<1, 1, 0, stream>>>(ch->counter, host_branch_dev_ptr(ch->done), host_branch_dev_ptr(ch->error),
-                                          ch->waited != nullptr ? host_branch_dev_ptr(ch->waited) : nullptr, branch,
+                                          ch->waited != nullptr ? host_branch_dev_ptr(ch->waited) : nullptr,
+                                          ch->busy != nullptr ? host_branch_dev_ptr(ch->busy) : nullptr, branch,
                                           ch->timeout_ns);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaMemcpyAsync(dst->data, ch->buf + ch->out_offset, ggml_nbytes(dst), cudaMemcpyHostToDevice, stream));
