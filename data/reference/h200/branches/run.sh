@@ -21,7 +21,9 @@
 # other sweep sizes).
 # ../decode/run.sh and ../borrow/run.sh are this script with their own OUT. For a build that leaves time for a sweep in
 # the same call: VARIANTS (default upstream,stock,ostinato), OP_TESTS=0 (no op tests built), TESTS_K (pytest -k of the
-# engine tests).
+# engine tests). TEST_VARIANTS (default VARIANTS) are the variants the engine tests use; their fixture builds those the
+# build left out (e.g. VARIANTS=ostinato TEST_VARIANTS=stock,ostinato: the build, then the stock stage in the tests'
+# time, so that a build too long for one call with both stages, as on an H100, still gets its tests in that call).
 # The build's loose files go into build.tar.gz only (the device brings back eight files). PACK=1 also packs the build
 # (`ostinato engine pack-build`) into $OUT/prebuilt/. Carried back (../prebuilt.sh: all parts but the last in
 # .prebuilt-parts/ with `run.sh stage` alone, then the last part and the index in .prebuilt/ with the next call, sent at
@@ -62,9 +64,9 @@ build)
   echo "build_seconds_total $(( $(date +%s) - start ))" | tee -a "$OUT/build.txt"
   gzip -f "$OUT/build.log"
   t0=$(date +%s)
-  # the tests use the build above as it is (the test fixture would otherwise compile the variants and op tests it lacks)
-  OSTINATO_ENGINE_VARIANTS="${VARIANTS:-upstream,stock,ostinato}" OSTINATO_ENGINE_OP_TESTS="${OP_TESTS:-1}" \
-  OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider \
+  # the tests use the build above as it is (the test fixture compiles the variants and op tests it lacks: TEST_VARIANTS)
+  OSTINATO_ENGINE_VARIANTS="${TEST_VARIANTS:-${VARIANTS:-upstream,stock,ostinato}}" OSTINATO_ENGINE_OP_TESTS="${OP_TESTS:-1}" \
+  OSTINATO_ENGINE_BACKEND=cuda timeout "${TESTS_BUDGET:-150}" python3 -m pytest -q -rA -p no:cacheprovider \
       --basetemp=/tmp/ptest ${TESTS_K:+-k "$TESTS_K"} tests/test_residency_engine.py > "$OUT/tests-cuda.txt" 2>&1 || true
   echo "tests_seconds $(( $(date +%s) - t0 ))" >> "$OUT/tests-cuda.txt"
   tail -4 "$OUT/tests-cuda.txt"

@@ -31,8 +31,9 @@
 # A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too).
 # Since the ostinato stage changes ggml.h (GGML_OP_HOST_BRANCH), it recompiles every CUDA file after stock's: the
 # CUDA build of both takes nearly a call on the H200 (build.txt) and more than a call on an H100, so there the build
-# leaves no time for the tests: VARIANTS=ostinato builds the ostinato stage alone, and a second call runs the tests,
-# whose fixture builds the stock stage (../../h100/graph/: the build's and the tests' times).
+# leaves no time for the tests: VARIANTS=ostinato TEST_VARIANTS=stock,ostinato TESTS_BUDGET=300 builds the ostinato
+# stage alone and lets the tests' fixture build the stock stage within the tests' time (../../h100/graph/: the build's
+# and the tests' times, in two calls there).
 # The later calls need the build's machine still warm (it is given back 30 s after a call: a sweep on a bare machine
 # would rebuild and run out of time), so send each as soon as the last returns; or carry a pack of the build
 # (PACK=1, or ../heldout/run.sh pack: stock and ostinato) in two calls sent without pause, ../prebuilt.sh:
