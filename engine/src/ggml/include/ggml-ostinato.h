@@ -38,9 +38,9 @@ struct ggml_host_channel {
     volatile int64_t * waited;  // [0] nanoseconds the receives waited for the worker, by the device's clock, summed
                                 // (NULL: not counted)
     volatile int64_t * busy;    // [0] nanoseconds of the device's own work between each SEND's signal and its RECV
-                                // (the device's branch), by the device's clock, summed; [1] that clock at the last
-                                // signal (NULL: not counted)
-    int64_t          * counter; // the device's copy of the last sequence number sent
+                                // (the device's branch), by the device's clock, summed (NULL: not counted)
+    int64_t          * counter; // [0] the device's copy of the last sequence number sent, [1] the device's clock at
+                                // that signal (with `busy`)
     char             * buf;     // the sends' sources, then the result at out_offset
     size_t             buf_size;
     size_t             out_offset;

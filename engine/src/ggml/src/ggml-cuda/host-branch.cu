@@ -15,7 +15,7 @@ static __device__ __forceinline__ uint64_t host_branch_globaltimer() {
     return t;
 }
 
-static __global__ void host_branch_signal(int64_t * counter, volatile int64_t * ready, volatile int64_t * busy,
+static __global__ void host_branch_signal(int64_t * counter, volatile int64_t * ready, const bool timed,
                                           const int64_t branch) {
     const int64_t seq = *counter + 1;
     *counter = seq;
@@ -23,19 +23,16 @@ static __global__ void host_branch_signal(int64_t * counter, volatile int64_t * 
     __threadfence_system();
     ready[0] = seq;
     __threadfence_system();
-    if (busy != nullptr) {
-        busy[1] = (int64_t) host_branch_globaltimer();
+    if (timed) {
+        counter[1] = (int64_t) host_branch_globaltimer(); // device memory: the RECV reads it without a host round trip
     }
 }
 
 static __global__ void host_branch_wait(const int64_t * counter, volatile int64_t * done, volatile int64_t * error,
                                         volatile int64_t * waited, volatile int64_t * busy, const int64_t branch,
                                         const int64_t timeout_ns) {
-    const int64_t  seq = *counter;
+    const int64_t  seq = counter[0];
     const uint64_t t0  = host_branch_globaltimer();
-    if (busy != nullptr) {
-        busy[0] += (int64_t) t0 - busy[1];
-    }
     while (done[0] < seq && error[0] == 0) { // (after one receive timed out, the graph's others do not wait)
         if ((int64_t) (host_branch_globaltimer() - t0) > timeout_ns) {
             error[1] = seq;
@@ -49,6 +46,9 @@ static __global__ void host_branch_wait(const int64_t * counter, volatile int64_
     }
     if (waited != nullptr) {
         waited[0] += (int64_t) (host_branch_globaltimer() - t0);
+    }
+    if (busy != nullptr) {
+        busy[0] += (int64_t) t0 - counter[1];
     }
     __threadfence_system();
 }
@@ -74,8 +74,7 @@ void ggml_cuda_op_host_branch(ggml_backend_cuda_context & ctx, ggml_tensor * dst
             CUDA_CHECK(cudaMemcpyAsync(ch->buf + ggml_host_branch_offset(dst, i), dst->src[i]->data,
                                        ggml_nbytes(dst->src[i]), cudaMemcpyDeviceToHost, stream));
         }
-        host_branch_signal<<<1, 1, 0, stream>>>(ch->counter, host_branch_dev_ptr(ch->ready),
-                                                ch->busy != nullptr ? host_branch_dev_ptr(ch->busy) : nullptr, branch);
+        host_branch_signal<<<1, 1, 0, stream>>>(ch->counter, host_branch_dev_ptr(ch->ready), ch->busy != nullptr, branch);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
