@@ -69,6 +69,9 @@ def measured(path: str, machine_name: str) -> pd.DataFrame:
     if "prefix" not in df:  # a sweep of one prefix (older summaries) names it only in its meta
         df["prefix"] = doc["meta"]["prefix"]
     df["prefix"] = df["prefix"].astype(int)
+    # an engine run beyond the sweep's equal expert memory (every expert on the GPU: the floor of a step) says so
+    beyond = set(doc["meta"].get("beyond_budget", []))
+    df["memory"] = ["every expert on the GPU" if e in beyond else "equal" for e in df["engine"]]
     return df
 
 
@@ -79,7 +82,7 @@ meas = pd.concat(runs, ignore_index=True)
 f7 = pd.read_csv(figure7_csv)
 pb = f7[(f7["panel"] == "b") & (f7["metric"] == "ttft")].copy()
 paper = pd.DataFrame({"engine": pb["engine"], "n_new": pb["new_tokens"].astype(int), "median_s": pb["value"].astype(float),
-                      "series": series_label("paper"), "prefix": np.nan})
+                      "series": series_label("paper"), "prefix": np.nan, "memory": "the paper's"})
 base_paper = "buun"
 pp = paper.set_index(["engine", "n_new"])["median_s"]
 paper["ratio_to"] = [base_paper if e != base_paper else None for e in paper["engine"]]
@@ -93,7 +96,7 @@ print(sorted(meas["series"].unique()), "paper sizes:", sorted(paper["n_new"].uni
 # bootstrap interval over repetitions; paper: buun).
 
 # %%
-cols = ["series", "engine", "n_new", "prefix", "median_s", "ratio_to", "ratio", "ratio_ci_low", "ratio_ci_high"]
+cols = ["series", "engine", "memory", "n_new", "prefix", "median_s", "ratio_to", "ratio", "ratio_ci_low", "ratio_ci_high"]
 table = pd.concat([meas.reindex(columns=cols), paper.reindex(columns=cols)], ignore_index=True)
 table = table.sort_values(["series", "prefix", "n_new", "engine"]).reset_index(drop=True)
 print("wrote", *save_table(table, Path(tables_dir) / output_stem, floatfmt=".3g"))
@@ -118,6 +121,7 @@ for (s, e, p), g in table.groupby(["series", "engine", table["prefix"].fillna(-1
     kind = s.split(" ")[0]
     g = g.sort_values("n_new")
     after = f", after {int(p)}" if n_prefixes.get(s, 0) > 1 else ""
+    after += " (every expert on the GPU)" if (g["memory"] == "every expert on the GPU").any() else ""
     alpha = 1.0 if p < 0 or p == table.loc[table["series"] == s, "prefix"].min() else 0.55
     axes[0].plot(g["n_new"], g["median_s"], marker=SERIES_MARKERS[kind], linestyle=SERIES_LINESTYLES[kind],
                  color=pal[e], alpha=alpha, label=f"{e}, {s}{after}")

@@ -186,6 +186,10 @@ def test_fig7b_notebook_runs_under_papermill(tmp_path):
     mine["rows"] = [{**r, "prefix": 3072} for r in two] + [
         {**r, "prefix": 8192, "median_s": 1.5 * r["median_s"]} for r in two]
     mine["meta"]["prefixes"] = [3072, 8192]
+    # and the floor, every expert on the GPU beyond the sweep's budget (its times those of layers, halved)
+    mine["rows"] += [{**r, "engine": "llama.cpp-gpu-experts", "median_s": r["median_s"] / 2} for r in mine["rows"]
+                     if r["engine"] == "llama.cpp-layers"]
+    mine["meta"]["beyond_budget"] = ["llama.cpp-gpu-experts"]
     (tmp_path / "summary.json").write_text(json.dumps(mine))
     params = {"summary_json": str(tmp_path / "summary.json"), "machine": "ci", "reference_json": str(ref),
               "reference_machine": "h200",
@@ -206,7 +210,9 @@ def test_fig7b_notebook_runs_under_papermill(tmp_path):
     row = next(r for r in mine["rows"] if r["engine"] == "ostinato" and r["n_new"] == 256)
     assert ci.loc[(3072, 256), "ratio"] == pytest.approx(row["ratio"])
     assert ci.loc[(8192, 256), "median_s"] == pytest.approx(1.5 * row["median_s"])
-    assert set(t[t["series"] == "measured (ci)"]["engine"]) == {"ostinato", "llama.cpp-layers"}
+    assert set(t[t["series"] == "measured (ci)"]["engine"]) == {"ostinato", "llama.cpp-layers", "llama.cpp-gpu-experts"}
+    memory = t[t["series"] == "measured (ci)"].groupby("engine")["memory"].unique()
+    assert list(memory["llama.cpp-gpu-experts"]) == ["every expert on the GPU"] and list(memory["ostinato"]) == ["equal"]
     ref_rows = t[t["series"] == "measured (h200, reference)"]
     assert set(ref_rows["prefix"]) == {3072}  # an older summary of one prefix names it in its meta
     assert (tmp_path / "figures/fig7b.png").stat().st_size > 0
@@ -397,3 +403,34 @@ def test_sweep_cli_gives_the_cpu_workers_time_with_one_graph_per_decode_step(eng
     assert summ["ostinato-graph"]["worker_ms_per_step"] > 0 and "worker_ms_per_step" not in summ["ostinato-overlap"]
     assert summ["ostinato-graph"]["worker_beta_ms"] > 0 and summ["ostinato-graph"]["worker_fit_layers"] > 0
     assert summ["ostinato-graph"]["worker_bound_ms_per_step"] > 0 and summ["ostinato-graph"]["worker_bound_ratio"] > 0
+
+
+def test_the_floor_keeps_every_expert_on_the_gpu():
+    """llama.cpp-gpu-experts in a sweep: no cold route, every expert resident (whatever the sweep's budget)."""
+    from types import SimpleNamespace
+
+    from ostinato.sweep.cold import cold_routes_of
+
+    t = _trace()  # 3 layers, MoE layers 1 and 2, 4 experts
+    shape = SimpleNamespace(n_layer=3, n_expert=4, moe_layers=lambda: [1, 2])
+    floor = cold_routes_of("llama.cpp-gpu-experts", t, shape, 0, {}, (0, 1), (1, 2))
+    assert floor == {"prefill": 0.0, "decode": 0.0, "resident_experts": 8}
+    layers = cold_routes_of("llama.cpp-layers", t, shape, 1, {}, (0, 1), (1, 2))
+    assert layers["resident_experts"] == 4 and layers["decode"] == 1.0
+
+
+@pytest.mark.slow  # two servers on the CPU build
+def test_sweep_cli_runs_the_floor_beyond_the_budget(engine_variants, tiny_v4_model, llama_tree, tmp_path):
+    """`ostinato sweep --engines llama.cpp-layers,llama.cpp-gpu-experts`: the floor runs with every expert on the GPU
+    although the sweep's budget holds half of them, and the summary's meta says it ran beyond the budget."""
+    import json
+
+    out = tmp_path / "sweep"
+    rows = _run_sweep_cli(engine_variants, tiny_v4_model, llama_tree, out, "llama.cpp-layers,llama.cpp-gpu-experts")
+    assert set(rows["engine"]) == {"llama.cpp-layers", "llama.cpp-gpu-experts"}
+    summ = json.loads((out / "summary.json").read_text())
+    assert summ["meta"]["beyond_budget"] == ["llama.cpp-gpu-experts"]
+    cold = json.loads((out / "cold.json").read_text())["placements"]
+    assert cold["llama.cpp-gpu-experts"]["decode"] == 0 and cold["llama.cpp-layers"]["decode"] > 0
+    assert cold["llama.cpp-gpu-experts"]["resident_experts"] == 2 * cold["llama.cpp-layers"]["resident_experts"]
+    assert any(r["engine"] == "llama.cpp-gpu-experts" and r["kind"] == "decode" and "ratio" in r for r in summ["rows"])

@@ -50,6 +50,11 @@ def _cpu_experts(budget: ExpertBudget) -> EngineConfig:
         "every routed expert in host memory, everything else on the GPU")
 
 
+# Every routed expert on the GPU: no equal-memory comparison, but the floor of a step when the experts fit (a sweep runs
+# it with a budget of all expert bytes, whatever its share: `ostinato sweep`).
+FLOOR_PRESET = "llama.cpp-gpu-experts"
+
+
 def _gpu_experts(budget: ExpertBudget) -> EngineConfig:
     if budget.layers_on_gpu() < budget.n_moe_layers:
         raise ValueError(f"llama.cpp-gpu-experts needs every expert on the GPU, but the budget holds "

@@ -11,7 +11,8 @@ from pathlib import Path
 from ostinato.args import int_list
 from ostinato.atomic import atomic_open
 from ostinato.models.gguf_shape import moe_shape_from_gguf
-from ostinato.presets import BORROW_PRESETS, PLAN_RULES, RESIDENT_SHARE, UPLOAD_MIN, preset
+from ostinato.presets import BORROW_PRESETS, FLOOR_PRESET, PLAN_RULES, RESIDENT_SHARE, UPLOAD_MIN, preset
+from ostinato.residency.budget import ExpertBudget
 from ostinato.residency.borrow import read_tuned
 from ostinato.routing.generator import PROFILES
 from ostinato.routing.trace import read_trace
@@ -68,6 +69,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if name in PLAN_RULES:
             cfg = preset(name, budget, plan=str(plans[PLAN_RULES[name]][0]), upload_min=args.upload_min,
                          borrow=borrow if name in BORROW_PRESETS else None)
+        elif name == FLOOR_PRESET:  # the floor: every expert on the GPU, beyond the sweep's budget (meta says so)
+            cfg = preset(name, ExpertBudget(budget.layer_bytes, None))
         else:
             cfg = preset(name, budget)
         run = EngineRun(cfg, bins / cfg.variant / "bin" / "llama-server", tuple(common))
@@ -90,6 +93,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                                "workload": args.workload, "seed": args.seed,
                                                "dev_sessions": args.dev_sessions, "dev_tokens": args.dev_tokens,
                                                "server_args": list(args.server_arg), "borrow_params": borrow,
+                                               "beyond_budget": [n for n in names if n == FLOOR_PRESET],
                                                "cold": cold})
     for r in summ:
         print(json.dumps(r))
@@ -104,11 +108,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--llama-tree", required=True, help="the pinned llama.cpp tree (its gguf-py reads the model)")
     q.add_argument("--variants-dir", required=True, help="build/engine/<backend>: <variant>/bin/llama-server")
     q.add_argument("--engines", default="llama.cpp-layers,llama.cpp-cpu-experts,ostinato",
-                   help="comma list of engine presets (ostinato: resident pools from the plan made here)")
+                   help="comma list of engine presets (ostinato: resident pools from the plan made here; "
+                        f"{FLOOR_PRESET}: every expert on the GPU, beyond the budget, the floor of a step)")
     q.add_argument("--baseline", default="llama.cpp-layers", help="engine the ratios refer to")
     q.add_argument("--resident-share", type=float, default=RESIDENT_SHARE,
-                   help="GPU memory for routed experts, as a share of all their bytes (same for every engine; "
-                        f"default {RESIDENT_SHARE})")
+                   help="GPU memory for routed experts, as a share of all their bytes (same for every engine but "
+                        f"{FLOOR_PRESET}; default {RESIDENT_SHARE})")
     q.add_argument("--upload-min", type=int, default=UPLOAD_MIN,
                    help=f"Np of the ostinato engine (--residency-upload-min; default {UPLOAD_MIN})")
     q.add_argument("--prefix", default="4096",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ostinato.models.gguf_shape import MoeShape
-from ostinato.presets import CACHE_MAX_PASS, PLAN_RULES
+from ostinato.presets import CACHE_MAX_PASS, FLOOR_PRESET, PLAN_RULES
 from ostinato.residency.caches import DecayCache, LruCache
 from ostinato.routing.trace import RoutingTrace
 
@@ -56,6 +56,8 @@ def cold_routes_of(name: str, trace: RoutingTrace, shape: MoeShape, n_gpu_layers
     none = whole_layer_hot(shape.n_layer, shape.n_expert, [])
     if name == "llama.cpp-layers":
         hot = whole_layer_hot(shape.n_layer, shape.n_expert, moe[len(moe) - n_gpu_layers:])
+    elif name == FLOOR_PRESET:
+        hot = whole_layer_hot(shape.n_layer, shape.n_expert, moe)
     elif name in PLAN_RULES:
         hot = plans[PLAN_RULES[name]][1]
     else:

@@ -23,6 +23,10 @@
 #                                                  # each T:W of TEAMS (default "8:8 4:12 2:14"): the worker's pool has
 #                                                  # threads of its own (patch 17), which spin through a step on their
 #                                                  # cores, so llama.cpp's decode threads take the cores it leaves
+#   bash data/reference/h200/graph/run.sh floor    # floor/: layers, one graph per decode step with and without borrowed
+#                                                  # memory, and llama.cpp-gpu-experts, every expert on the GPU (beyond
+#                                                  # the sweep's budget: the step a worker that took no time would
+#                                                  # leave, which bounds how close to half of layers' decode can come)
 #   bash data/reference/h200/graph/run.sh fusion   # fusion/: the qwen3moe case of the bitwise test of one graph per
 #                                                  # step against per-segment graphs, as built and with CUDA's fusions
 #                                                  # off (GGML_CUDA_DISABLE_FUSION=1), the server logs kept; it needs
@@ -41,7 +45,7 @@
 #   bash data/reference/h200/graph/run.sh sweep    # carrying .whl, .carry and .prebuilt/ (the last part, the index)
 # Each sweep's results/sweep goes to $OUT/<name>.tar.gz (default OUT: this directory).
 set -euo pipefail
-part=${1:?usage: run.sh build|sweep|reverse|threads|teams|passive|fusion|stage}
+part=${1:?usage: run.sh build|sweep|reverse|floor|threads|teams|passive|fusion|stage}
 here=$(cd "$(dirname "$0")" && pwd)
 export OUT=${OUT:-$here}
 mkdir -p "$OUT"
@@ -75,6 +79,7 @@ fusion)
     done
   done
   ;;
+floor) sweep floor "llama.cpp-layers, llama.cpp-gpu-experts, ostinato-graph, ostinato-graph-borrow" ;;
 passive) OMP_WAIT_POLICY=passive sweep passive "ostinato-overlap, ostinato-graph" ;;
 threads)
   # e.g. WORKER_THREADS="4 8": fewer threads than cores leave the llama.cpp decode threads' OpenMP team room beside
