@@ -28,7 +28,8 @@
 # with decode unchanged) for every series that has both configurations, and the decode steps of panel (c): the
 # paper's beside the decode TPOT of the engine presets that stand for them in the shipped H200 sweeps (branches in
 # turn, overlapped, and borrowed memory with the routes it computed per step; one graph per GPU, `ostinato-graph` and
-# `ostinato-graph-borrow`, in the graph sweep). The paper's screening panel (a) and
+# `ostinato-graph-borrow`, in the graph sweep) and in the H100's sweep of the borrowed experts inside the pool's own
+# expert computation, each series labelled with its machine. The paper's screening panel (a) and
 # panel (c) are also listed as the paper gives them. Writes `tables/<stem>.{csv,md}` (panel b),
 # `tables/<stem>_prefill_paths.{csv,md}`, `tables/<stem>_decode_steps.{csv,md}`, `tables/<stem>_paper_ac.{csv,md}`
 # and `figures/<stem>.{pdf,png}`.

@@ -18,6 +18,7 @@ from ostinato.figures.runs import combine, load_measured, load_series, load_simu
 from ostinato.figures.style import series_kind, series_palette
 
 REPO = Path(__file__).resolve().parents[1]
+H100_POOL = "measured (h100, reference, borrowed experts in the pool's computation)"
 PAPER = REPO / "data" / "paper"
 RESULT_NOTEBOOKS = ["table3", "fig1", "table7", "fig4", "fig5", "fig6", "table8", "table4", "calibrate", "predicted"]
 
@@ -408,7 +409,8 @@ def test_result_notebooks_render_under_papermill(tmp_path):
                                 "measured (h200, reference, borrowed memory)":
                                     str(REPO / "data/reference/h200/borrow/thread/sweep/summary.json"),
                                 "measured (h200, reference, one graph per step)":
-                                    str(REPO / "data/reference/h200/graph/sweep3/plain/summary.json")}}
+                                    str(REPO / "data/reference/h200/graph/sweep3/plain/summary.json"),
+                                H100_POOL: str(REPO / "data/reference/h100/graph/sweep5/plain/summary.json")}}
     fit = {"n_moe_layer": 2, "k": 2, "tpot_ms": {"0": 5.0, "1": 5.6, "2": 6.0}, "beta_ms": 0.1,
            "alpha_minus_gamma0_ms": 0.2, "decode_fit_residual_ms": 0.0, "cpu_route_ms": 0.1,
            "upload_bytes_per_ms": 1e6, "upload_expert_ms": 0.5}
@@ -461,7 +463,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     assert "measured (vm)" not in set(pd.read_csv(tmp_path / "cpu_tables" / "fig1.csv")["series"])
     d8 = pd.read_csv(tmp_path / "tables" / "table8_decode_steps.csv")
     assert set(d8["series"]) == {"paper", "measured (h200, reference)", "measured (h200, reference, borrowed memory)",
-                                 "measured (h200, reference, one graph per step)"}
+                                 "measured (h200, reference, one graph per step)", H100_POOL}
     assert set(d8.loc[d8["series"] != "paper", "prefix"]) == {3072, 8192}
     borrowed = d8[d8["engine"].str.startswith("ostinato-borrow")]
     assert (borrowed["step"] == 4).all() and len(borrowed) == 2 and (borrowed["borrow_hits_per_step"] > 0).all()
@@ -469,6 +471,10 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     assert len(graph) == 8 and all(graph[p, "ostinato-graph: one graph per GPU, CPU pool set up once"] == 3
                                    and graph[p, "ostinato-graph-borrow: borrowed memory, on one graph per GPU"] == 4
                                    for p in (3072, 8192)), graph
+    # the H100's sweep of the borrowed experts inside the pool's computation: its own machine's label, both steps
+    h100 = d8[d8["series"] == H100_POOL]
+    assert sorted(h100["step"].unique()) == [0, 1, 3, 4] and (h100.loc[h100["step"] == 4, "borrow_hits_per_step"] > 0).all()
+    assert (h100.loc[h100["step"] > 0, "ratio_to"] == "llama.cpp-layers").all()
     pred = pd.read_csv(tmp_path / "tables" / "predicted.csv")
     assert pred[pred["series"] == "simulated (test calibration)"]["predicted_ms"].notna().sum() == 2
     cal = pd.read_csv(tmp_path / "tables" / "calibrate.csv").set_index("series")

@@ -57,7 +57,9 @@ class ResultParams:
     decode_sweeps: dict[str, str] = field(default_factory=lambda: {
         "measured (h200, reference)": "data/reference/h200/branches/sweep/summary.json",
         "measured (h200, reference, borrowed memory)": "data/reference/h200/borrow/thread/sweep/summary.json",
-        "measured (h200, reference, one graph per step)": "data/reference/h200/graph/sweep3/plain/summary.json"})
+        "measured (h200, reference, one graph per step)": "data/reference/h200/graph/sweep3/plain/summary.json",
+        "measured (h100, reference, borrowed experts in the pool's computation)":
+            "data/reference/h100/graph/sweep5/plain/summary.json"})
     figures_dir: str = "figures"
     tables_dir: str = "tables"
 
