@@ -59,6 +59,9 @@ for name, path in (("summary_json", summary_json), ("figure7_csv", figure7_csv))
         raise FileNotFoundError(f"{name}: {path} not found")
 
 
+ALL_ON_GPU = "every expert on the GPU"  # the memory of an engine a sweep ran beyond its budget (the floor)
+
+
 def measured(path: str, machine_name: str) -> pd.DataFrame:
     """Prefill rows of a benchmark summary: median TTFT and ratio to the baseline per engine and size."""
     doc = json.loads(Path(path).read_text())
@@ -71,7 +74,7 @@ def measured(path: str, machine_name: str) -> pd.DataFrame:
     df["prefix"] = df["prefix"].astype(int)
     # an engine run beyond the sweep's equal expert memory (every expert on the GPU: the floor of a step) says so
     beyond = set(doc["meta"].get("beyond_budget", []))
-    df["memory"] = ["every expert on the GPU" if e in beyond else "equal" for e in df["engine"]]
+    df["memory"] = [ALL_ON_GPU if e in beyond else "equal" for e in df["engine"]]
     return df
 
 
@@ -121,7 +124,7 @@ for (s, e, p), g in table.groupby(["series", "engine", table["prefix"].fillna(-1
     kind = s.split(" ")[0]
     g = g.sort_values("n_new")
     after = f", after {int(p)}" if n_prefixes.get(s, 0) > 1 else ""
-    after += " (every expert on the GPU)" if (g["memory"] == "every expert on the GPU").any() else ""
+    after += f" ({ALL_ON_GPU})" if (g["memory"] == ALL_ON_GPU).any() else ""
     alpha = 1.0 if p < 0 or p == table.loc[table["series"] == s, "prefix"].min() else 0.55
     axes[0].plot(g["n_new"], g["median_s"], marker=SERIES_MARKERS[kind], linestyle=SERIES_LINESTYLES[kind],
                  color=pal[e], alpha=alpha, label=f"{e}, {s}{after}")

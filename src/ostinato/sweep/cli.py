@@ -65,7 +65,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     common = ["-c", str(args.ctx), "-t", str(args.threads), "-fa", "on", "--routing-force", str(bench_trace),
               "-fit", "off", "-lv", "4", *args.server_arg]
     rows = []
-    for name in args.engines.split(","):
+    for name in names:
         if name in PLAN_RULES:
             cfg = preset(name, budget, plan=str(plans[PLAN_RULES[name]][0]), upload_min=args.upload_min,
                          borrow=borrow if name in BORROW_PRESETS else None)
