@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
-from ostinato.presets import OP_OFFLOAD_MIN_BATCH, PLAN_RULES, preset
+from ostinato.presets import OP_OFFLOAD_MIN_BATCH, PLAN_RULES, PRESETS, preset
 from ostinato.residency.budget import ExpertBudget, expert_budget_from_gguf
 
 GIB = 1 << 30
@@ -191,3 +193,12 @@ def test_replay_cli_reads_the_borrow_tune_json(tmp_path, monkeypatch):
     (tmp_path / "b.json").write_text('{"grid": []}')
     with pytest.raises(ValueError, match="'chosen' holds slots, decay, margin and admit"):
         rcli._engine_preset(args)
+
+
+def test_the_config_schema_accepts_every_preset_by_name():
+    """sweep.engines and replay.engines.<engine>.preset list exactly the presets: one left out of an enum makes
+    snakemake refuse a config that names it (the floor, llama.cpp-gpu-experts, was refused on the GPU that way)."""
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
+    sweep = schema["properties"]["sweep"]["properties"]["engines"]["items"]["enum"]
+    replay = schema["properties"]["replay"]["properties"]["engines"]["additionalProperties"]["properties"]["preset"]["enum"]
+    assert sorted(sweep) == sorted(PRESETS) and sorted(replay) == sorted(PRESETS)
