@@ -9,3 +9,9 @@
 gpu_machine() {
   python3 -c 'from ostinato.machine import describe_machine; print(describe_machine().label)'
 }
+
+# what this machine is, written to $1 (the commit the working tree came from, then nvidia-smi, nvcc, lscpu, free):
+# each call that measures writes its own, since a call may find a fresh machine of the kind, not the build's
+machine_info() {
+  { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$1" 2>&1 || true
+}

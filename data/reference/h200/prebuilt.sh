@@ -28,3 +28,13 @@ unpack_prebuilt() {
     echo "unpack: $PACK_DIR holds engine-cuda.json but not its parts as packed (a fresh machine: the stage call's was" \
          "given back; call run.sh stage carrying .prebuilt-parts, then this at once, or run.sh build)" >&2; exit 3; }
 }
+
+# the parts that use this machine's build stop at once on a fresh machine (the build's was given back between calls,
+# or the carried pack was not unpacked): snakemake would start a build that the call cannot finish, spending the
+# device time on nothing
+need_build() {
+  [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
+    echo "$1: no CUDA build on this machine (a fresh one: the build's machine was given back); run.sh build, or run.sh" \
+         "stage carrying .prebuilt-parts and then this at once carrying .prebuilt" >&2
+    exit 3; }
+}

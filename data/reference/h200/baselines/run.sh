@@ -25,7 +25,7 @@ source "$(dirname "$0")/../machine.sh"  # gpu_machine: the label of the measured
 
 case "$part" in
 build)
-  { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
+  machine_info "$OUT/machine.txt"
   start=$(date +%s)
   ost engine build --backend cuda --op-tests --variants upstream,stock,ostinato \
       --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \

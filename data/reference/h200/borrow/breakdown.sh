@@ -35,6 +35,7 @@ sweeps|reverse|churn)
     rm -rf results/sweep
     ENGINES="$2" SWEEP_CONFIG="$OUT/$1.yaml" BUDGET=${BUDGET:-200} bash "$here/../branches/run.sh" sweep
     mv "$OUT/sweep.tar.gz" "$OUT/$1.tar.gz"; mv "$OUT/snakemake-sweep.log" "$OUT/snakemake-$1.log"
+    mv "$OUT/machine-sweep.txt" "$OUT/$1-machine.txt"
   }
   if [ "$part" = churn ]; then
     VARIANTS=stock,ostinato OP_TESTS=0 TESTS_K=no_test_matches_this TESTS_BUDGET=30 bash "$here/../branches/run.sh" build

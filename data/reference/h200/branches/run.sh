@@ -56,7 +56,7 @@ if [ "$part" != build ]; then unpack_prebuilt; fi
 
 case "$part" in
 build)
-  { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
+  machine_info "$OUT/machine.txt"
   ops=--op-tests; [ "${OP_TESTS:-1}" = 1 ] || ops=
   ost engine build --backend cuda $ops --variants "${VARIANTS:-upstream,stock,ostinato}" \
       --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \
@@ -98,6 +98,8 @@ sweep|sweep2|calibrate)
     ENGINES=$(echo "$ENGINES" | tr ',' '\n' | tac | paste -sd, | sed 's/^ *//; s/, */, /g')
   fi
   if [ "$part" = calibrate ]; then target=results/calibrate/fit.json; dir=results/calibrate; fi
+  need_build "$part"  # a fresh machine (the build's was given back): stop at once, not rebuild past the call's limit
+  machine_info "$OUT/machine-$part.txt"  # the machine this part ran on, which may not be the build's
   carried_sessions  # the development routing (plans, tune_borrow) of the carried sets, not of the tables
   rc=0; smk "$BUDGET" "$target" > "$OUT/snakemake-$part.log" 2>&1 || rc=$?
   echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"; tail -12 "$OUT/snakemake-$part.log"

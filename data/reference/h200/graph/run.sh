@@ -39,7 +39,7 @@
 # stage alone and lets the tests' fixture build the stock stage within the tests' time (../../h100/graph/: the build's
 # and the tests' times, in two calls there).
 # The later calls need the build's machine still warm (it is given back 30 s after a call: a sweep on a bare machine
-# would rebuild and run out of time), so send each as soon as the last returns; or carry a pack of the build
+# stops at once with exit 3 rather than rebuild past the call's limit), so send each as soon as the last returns; or carry a pack of the build
 # (PACK=1, or ../heldout/run.sh pack: stock and ostinato) in two calls sent without pause, ../prebuilt.sh:
 #   bash data/reference/h200/graph/run.sh stage    # carrying .prebuilt-parts/ (the pack's parts but the last) alone
 #   bash data/reference/h200/graph/run.sh sweep    # carrying .whl, .carry and .prebuilt/ (the last part, the index)
@@ -55,6 +55,7 @@ sweep() {  # name, engines[, more server arguments, quoted and comma-separated]
   rm -rf results/sweep
   ENGINES="$2" SWEEP_CONFIG="$OUT/$1.yaml" BUDGET=${BUDGET:-540} bash "$here/../branches/run.sh" sweep
   mv "$OUT/sweep.tar.gz" "$OUT/$1.tar.gz"; mv "$OUT/snakemake-sweep.log" "$OUT/snakemake-$1.log"
+  mv "$OUT/machine-sweep.txt" "$OUT/$1-machine.txt"
 }
 case "$part" in
 stage) bash "$here/../branches/run.sh" stage ;;  # a carried pack's parts but the last (../prebuilt.sh)

@@ -176,20 +176,10 @@ pack() {
   echo "pack_seconds $(( $(date +%s) - t0 ))"; ls -l "$OUT/prebuilt"
 }
 
-# the parts that use this machine's build stop at once on a fresh machine (the build's was given back between calls,
-# or the carried pack was not unpacked): snakemake would start a build that the call cannot finish, spending the
-# device time on nothing
-need_build() {
-  [ -x build/engine/cuda/ostinato/bin/llama-server ] || {
-    echo "$1: no CUDA build on this machine (a fresh one: the build's machine was given back); run.sh build, or run.sh" \
-         "stage carrying .prebuilt-parts and then this at once carrying .prebuilt" >&2
-    exit 3; }
-}
-
 case "$part" in
 tests) need_build tests; engine_tests ;;
 build)
-  { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
+  machine_info "$OUT/machine.txt"
   # OP_TESTS=0: without test-backend-ops and test-residency-ops (they ran on this engine code in an earlier session)
   ost engine build --backend cuda $([ "${OP_TESTS:-1}" = 1 ] && echo --op-tests) --variants stock,ostinato \
       --source-tarball .carry/llama.cpp-b11312.tar.gz --jobs "$(nproc)" --out build/engine --log "$OUT/build.log" \
