@@ -718,9 +718,10 @@ def _fake_build(root: Path, variant: str, fingerprint: str, sources: str | None)
 
 
 def _replay_dir(path: Path, binary: Path | str, build: dict | None, sessions: Path | None = None,
-                gpus: tuple[str, ...] = ()) -> Path:
+                gpus: tuple[str, ...] = (), preset: str | None = None) -> Path:
     path.mkdir(parents=True)
-    entry = {"server_command": [str(binary), "-m", "m.gguf"], **({"engine_build": build} if build else {})}
+    entry = {"server_command": [str(binary), "-m", "m.gguf"], **({"engine_build": build} if build else {}),
+             "engine_preset": {"name": preset, "description": "d"} if preset else None}
     if sessions is not None:
         from ostinato.atomic import sha256_file
 
@@ -775,19 +776,30 @@ def test_same_engine_keeps_only_replays_of_the_build_their_binary_is_now(tmp_pat
     sessions.write_text('{"session": "a"}\n')
     same = _replay_dir(tmp_path / "r" / "cli-same", binary, now, sessions)
     other = _replay_dir(tmp_path / "r" / "cli-other", binary, {**now, "fingerprint": "b" * 64}, sessions)
-    ns = argparse.Namespace(replays=[same, other], legacy_sources=[])
+    ns = argparse.Namespace(replays=[same, other], legacy_sources=[], presets=[])
     (tmp_path / "eng" / "ostinato" / "manifest.json").write_text(json.dumps({**now}))
     assert same_engine_cmd(ns) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("same: ") and lines[1].startswith("DIFFERENT: ")
-    assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[])) == 0
+    assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[], presets=[])) == 0
     # the same build and sessions on another GPU model (an H200 replay carried to a session lent an H100); this
     # test machine has no GPU
     h200 = _replay_dir(tmp_path / "r" / "cli-h200", binary, now, sessions, gpus=("NVIDIA H200",))
-    assert same_engine_cmd(argparse.Namespace(replays=[h200], legacy_sources=[])) == 1
+    assert same_engine_cmd(argparse.Namespace(replays=[h200], legacy_sources=[], presets=[])) == 1
     assert "ran on NVIDIA H200, this machine has no GPU" in capsys.readouterr().out
+    # the same build and sessions, another preset under the engine's name (a config that changed it)
+    graph = _replay_dir(tmp_path / "r" / "ostinato", binary, now, sessions, preset="ostinato-graph")
+    ns = argparse.Namespace(replays=[graph], legacy_sources=[], presets=["ostinato=ostinato-graph-borrow"])
+    assert same_engine_cmd(ns) == 1
+    assert "ran preset ostinato-graph, ostinato is now preset ostinato-graph-borrow" in capsys.readouterr().out
+    assert same_engine_cmd(argparse.Namespace(replays=[graph], legacy_sources=[],
+                                              presets=["ostinato=ostinato-graph", "buun=buun"])) == 0
+    assert same_engine_cmd(argparse.Namespace(replays=[graph], legacy_sources=[], presets=["buun=buun"])) == 0
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="--presets 'ostinato': expected ENGINE=PRESET"):
+        same_engine_cmd(argparse.Namespace(replays=[graph], legacy_sources=[], presets=["ostinato"]))
     sessions.write_text('{"session": "b"}\n')  # the same build, other sessions (a set built from other traces)
-    assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[])) == 1
+    assert same_engine_cmd(argparse.Namespace(replays=[same], legacy_sources=[], presets=[])) == 1
     assert "(other sessions)" in capsys.readouterr().out
 
 

@@ -14,7 +14,8 @@ from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
 from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
-from ostinato.replay.provenance import engine_build, parse_legacy_sources, same_engine, same_gpus, same_sessions
+from ostinato.replay.provenance import (engine_build, parse_legacy_sources, parse_presets, same_engine, same_gpus,
+                                        same_preset, same_sessions)
 from ostinato.replay.results import load_runs, summarize_sessions
 from ostinato.replay.runner import ReplayConfig, run_replay, sessions_digest
 from ostinato.server.client import APIS
@@ -153,6 +154,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--legacy-sources", nargs="+", default=[], metavar="VARIANT=SHA256",
                    help="for replays from before the build was recorded: the sources fingerprint of the engine code "
                         "each variant ran (the manifest's `sources`)")
+    e.add_argument("--presets", nargs="+", default=[], metavar="ENGINE=PRESET",
+                   help="each engine's preset now (the config's replay.engines): a replay that ran another preset "
+                        "under the same engine name differs")
     e.set_defaults(func=same_engine_cmd)
 
 
@@ -328,16 +332,20 @@ def bitwise_cmd(args: argparse.Namespace) -> int:
 
 
 def same_engine_cmd(args: argparse.Namespace) -> int:
-    """Handler of `replay same-engine`: one line per replay (its sessions' line when they differ, else its GPUs' when
-    they differ, else its engine's); returns 1 unless every one ran its binary's build on the session file there now
-    and on this machine's GPU models."""
+    """Handler of `replay same-engine`: one line per replay (the first that differs of its sessions, its GPUs, its
+    preset, else its engine's); returns 1 unless every one ran its binary's build with its engine's preset now on the
+    session file there now and on this machine's GPU models."""
     legacy = parse_legacy_sources(args.legacy_sources)
+    presets = parse_presets(args.presets)
     gpus = [g.name for g in describe_machine().gpus]
     matches = []
     for d in args.replays:
-        sessions = same_sessions(d)
-        machine = same_gpus(d, gpus) if sessions.same else sessions
-        matches.append(same_engine(d, legacy) if machine.same else machine)
+        m = same_sessions(d)
+        for check in (lambda: same_gpus(d, gpus), lambda: same_preset(d, presets), lambda: same_engine(d, legacy)):
+            if not m.same:
+                break
+            m = check()
+        matches.append(m)
     for m in matches:
         print(f"{'same' if m.same else 'DIFFERENT'}: {m.why}")
     return 0 if all(m.same for m in matches) else 1

@@ -53,6 +53,32 @@ def parse_legacy_sources(items: list[str]) -> dict[str, str]:
     return out
 
 
+def parse_presets(items: list[str]) -> dict[str, str]:
+    """`ENGINE=PRESET` pairs of --presets as a dict."""
+    out: dict[str, str] = {}
+    for item in items:
+        engine, sep, name = item.partition("=")
+        if not sep or not engine or not name:
+            raise ValueError(f"--presets {item!r}: expected ENGINE=PRESET (a replay's engine name and its preset now)")
+        out[engine] = name
+    return out
+
+
+def same_preset(replay_dir: Path, presets: dict[str, str]) -> ReplayMatch:
+    """Compare the preset a replay ran (its last run's engine_preset) with the one its engine name has now in
+    `presets` (its directory's name; an engine not listed is not compared): a config that changes an engine's
+    preset keeps the name and the build, not the replay."""
+    engine = Path(replay_dir).name
+    if engine not in presets:
+        return ReplayMatch(True, f"{replay_dir}: no preset given for {engine}")
+    ran = _last_run(replay_dir).get("engine_preset")
+    then = ran.get("name") if isinstance(ran, dict) else None
+    if then != presets[engine]:
+        return ReplayMatch(False, f"{replay_dir}: ran preset {then or '(none)'}, {engine} is now preset "
+                                  f"{presets[engine]}")
+    return ReplayMatch(True, f"{replay_dir}: the same preset ({then})")
+
+
 def _last_run(replay_dir: Path) -> dict:
     """The last run entry of a replay's runs.json."""
     path = Path(replay_dir) / "runs.json"

@@ -22,7 +22,8 @@
 #                                   build_sessions`); required, and copied over any set built here (../sessions.sh)
 #   .carry/resume/replay.tar.gz     optional: a previous session's replay.tar.gz. Its finished replays are kept when
 #                                   this machine's plans are the ones they ran with and its engine build the one they
-#                                   ran (`ostinato replay same-engine`; then marked up to date with `snakemake
+#                                   ran with the preset config/h200.yaml gives its engine now (`ostinato replay
+#                                   same-engine`; then marked up to date with `snakemake
 #                                   --touch`); its unfinished ones resume from their .partial directories (`replay run`
 #                                   restarts one whose engine build changed).
 #   RERUN="ostinato ..."            optional: engines whose carried finished replays are replayed again on this machine
@@ -124,7 +125,11 @@ replay() {
       done_csv=$(cd /tmp/resume && find results/replay -name '*.sessions.csv' ! -name sessions.csv | sort)
       if [ -n "$done_csv" ]; then
         # one line per replay, `DIFFERENT: <dir>: why` for those that ran another build (exit 1 then)
-        check=$(ost replay same-engine ${done_csv//.sessions.csv/} --legacy-sources $LEGACY_SOURCES || true)
+        # and those that ran another preset than config/h200.yaml's engine of that name has now
+        presets=$(python3 -c 'import yaml; e = yaml.safe_load(open("config/h200.yaml"))["replay"]["engines"]
+print(" ".join(k + "=" + v["preset"] for k, v in e.items() if v and v.get("preset")))')
+        check=$(ost replay same-engine ${done_csv//.sessions.csv/} --legacy-sources $LEGACY_SOURCES \
+                ${presets:+--presets $presets} || true)
         # and those of the engines in RERUN, which this machine replays again beside the ones not yet replayed
         for e in ${RERUN:-}; do
           for c in $(echo "$done_csv" | grep "/$e\.sessions\.csv$" || true); do
