@@ -153,6 +153,18 @@ def test_prefill_paths_of_the_shipped_ablation() -> None:
     assert h200.loc["tau2", "sessions"] == 9 and h200.loc["tau2", "saved_pct"] == pytest.approx(32.81, abs=0.01)
 
 
+def test_decode_floor_of_the_shipped_floor_sweep() -> None:
+    """The floor's budget for one graph per step: half of layers' step less the all-GPU step (the sweep's medians)."""
+    f = _facts("data/reference/h100/graph/floor")
+    fl = f.decode_floor("floor/rows.csv", "ostinato-graph-borrow", 3072)
+    t = f.sweep_vs("floor/rows.csv", "llama.cpp-layers")
+    ms = {e: 1000 * f.row(t, engine=e, kind="decode", prefix=3072).median_s
+          for e in ("llama.cpp-layers", "llama.cpp-gpu-experts", "ostinato-graph-borrow")}
+    assert fl["room_ms"] == pytest.approx(ms["llama.cpp-layers"] / 2 - ms["llama.cpp-gpu-experts"])
+    assert fl["short_ms"] == pytest.approx(ms["ostinato-graph-borrow"] - ms["llama.cpp-layers"] / 2)
+    assert 0.9 < fl["rest_over_floor"] < 1.1 and fl["room_ms"] > 0 < fl["short_ms"]
+
+
 def test_qwen_requests_short_of_their_forced_tokens() -> None:
     """The Qwen replays' forced_match false: the server stopped at <|im_end|>, one token before the recorded end."""
     f = _facts("data/reference/h200/qwen")

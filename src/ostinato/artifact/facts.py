@@ -194,6 +194,19 @@ class Facts:
         return self._cached(("sweep_vs", rows_csv, baseline), lambda: pd.DataFrame(
             summarize(read_rows(self.ld.path(rows_csv)), baseline)))
 
+    def decode_floor(self, rows_csv: str, engine: str, prefix: int, baseline: str = "llama.cpp-layers",
+                     floor: str = "llama.cpp-gpu-experts") -> dict[str, float]:
+        """One engine's decode step against the floor its sweep ran (every expert on the GPU) and half the baseline's
+        step, in ms per step: `rest_over_floor` (the engine's step outside its branches over the floor's whole step),
+        `room_ms` (half the baseline's step less the floor's: what the worker may take for half) and `short_ms` (how
+        far the engine's step is above half the baseline's)."""
+        t = self.sweep_vs(rows_csv, baseline)
+        half = self.row(t, engine=baseline, kind="decode", prefix=prefix).median_s * 500
+        f = self.row(t, engine=floor, kind="decode", prefix=prefix).median_s * 1000
+        x = self.row(t, engine=engine, kind="decode", prefix=prefix)
+        return {"rest_over_floor": x.worker_rest_ms_per_step / f, "room_ms": half - f,
+                "short_ms": x.median_s * 1000 - half}
+
     def server_decodes(self, log: str) -> pd.DataFrame:
         """The decode requests a llama-server log reports, in order (`eval time = X ms / N tokens (Y ms per token`
         with N > 1): tokens and the server's own ms per token (a sweep's decode requests after each prefix, rep by
