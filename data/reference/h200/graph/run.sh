@@ -32,6 +32,9 @@
 #                                                  # off (GGML_CUDA_DISABLE_FUSION=1), the server logs kept; it needs
 #                                                  # the build with the op tests (the default: the engine tests'
 #                                                  # fixture builds them otherwise, past the call's ten minutes)
+# Every sweep part takes SIZES (new tokens after each prefix, default "128, 256, 511") and PREFIXES (default
+# config/h200.yaml's 3,072 and 8,192), e.g. SIZES=128 PREFIXES=3072 WORKER_THREADS="4 8" run.sh threads: the worker's
+# time per decode step by its thread count in about half a sweep's time.
 # A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too).
 # Since the ostinato stage changes ggml.h (GGML_OP_HOST_BRANCH), it recompiles every CUDA file after stock's: the
 # CUDA build of both takes nearly a call on the H200 (build.txt) and more than a call on an H100, so there the build
@@ -51,7 +54,8 @@ export OUT=${OUT:-$here}
 mkdir -p "$OUT"
 ENG="llama.cpp-layers, ostinato-overlap, ostinato-graph, ostinato-graph-borrow"
 sweep() {  # name, engines[, more server arguments, quoted and comma-separated]
-  printf 'sweep:\n  sizes: [128, 256, 511]\n  server_args: ["--load-mode", "none"%s]\n' "${3:+, $3}" > "$OUT/$1.yaml"
+  printf 'sweep:\n  sizes: [%s]\n%b  server_args: ["--load-mode", "none"%s]\n' "${SIZES:-128, 256, 511}" \
+      "${PREFIXES:+  prefix: [$PREFIXES]\n}" "${3:+, $3}" > "$OUT/$1.yaml"
   rm -rf results/sweep
   ENGINES="$2" SWEEP_CONFIG="$OUT/$1.yaml" BUDGET=${BUDGET:-540} bash "$here/../branches/run.sh" sweep
   mv "$OUT/sweep.tar.gz" "$OUT/$1.tar.gz"; mv "$OUT/snakemake-sweep.log" "$OUT/snakemake-$1.log"
