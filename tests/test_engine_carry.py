@@ -196,3 +196,29 @@ def test_gpu_scripts_gather_a_pack_carried_in_two_calls(tmp_path, script):
     assert sorted(p.name for p in (tmp_path / "build" / "prebuilt").iterdir()) == [
         "engine-cuda.json", "engine-cuda.tar.xz.00", "engine-cuda.tar.xz.01"]
     assert (tmp_path / "build" / "prebuilt" / "engine-cuda.tar.xz.01").read_bytes() == b"b"
+
+
+def test_sweep_parts_of_several_sweeps_bring_back_one_tar(tmp_path):
+    """`graph/run.sh threads` runs a sweep per thread count, four files each; the device tool brings back at most eight
+    files of a call, so each sweep's files go into $OUT/threads.tar as it ends (its config names the thread count)."""
+    import tarfile
+
+    graph = tmp_path / "h200" / "graph"
+    graph.mkdir(parents=True)
+    shutil.copy(REPO / "data" / "reference" / "h200" / "graph" / "run.sh", graph / "run.sh")
+    (tmp_path / "h200" / "branches").mkdir()
+    # a stand-in for the sweep itself: what branches/run.sh sweep leaves in $OUT
+    (tmp_path / "h200" / "branches" / "run.sh").write_text(
+        'set -e\ngrep -q residency-worker-threads "$SWEEP_CONFIG"\n'
+        'echo tar > "$OUT/sweep.tar.gz"; echo log > "$OUT/snakemake-sweep.log"; echo m > "$OUT/machine-sweep.txt"\n')
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "WORKER_THREADS": "2 4 8", "SIZES": "128"}
+    done = subprocess.run(["bash", str(graph / "run.sh"), "threads"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["threads.tar"]
+    with tarfile.open(out / "threads.tar") as tar:
+        names = tar.getnames()
+        assert names == [f for n in (2, 4, 8) for f in (f"threads{n}.yaml", f"threads{n}.tar.gz",
+                                                         f"snakemake-threads{n}.log", f"threads{n}-machine.txt")]
+        assert '"--residency-worker-threads", "4"' in tar.extractfile("threads4.yaml").read().decode()

@@ -34,7 +34,8 @@
 #                                                  # fixture builds them otherwise, past the call's ten minutes)
 # Every sweep part takes SIZES (new tokens after each prefix, default "128, 256, 511") and PREFIXES (default
 # config/h200.yaml's 3,072 and 8,192), e.g. SIZES=128 PREFIXES=3072 WORKER_THREADS="4 8" run.sh threads: the worker's
-# time per decode step by its thread count in about half a sweep's time.
+# time per decode step by its thread count in about half a sweep's time. threads and teams leave their sweeps' files
+# in one tar, $OUT/threads.tar or $OUT/teams.tar (the device tool brings back at most eight files of a call).
 # A measurement only (README.md, "Speed"): OP_TESTS=0 TESTS_BUDGET=1 for the build (its call then makes the model too).
 # Since the ostinato stage changes ggml.h (GGML_OP_HOST_BRANCH), it recompiles every CUDA file after stock's: the
 # CUDA build of both takes nearly a call on the H200 (build.txt) and more than a call on an H100, so there the build
@@ -60,6 +61,12 @@ sweep() {  # name, engines[, more server arguments, quoted and comma-separated]
   ENGINES="$2" SWEEP_CONFIG="$OUT/$1.yaml" BUDGET=${BUDGET:-540} bash "$here/../branches/run.sh" sweep
   mv "$OUT/sweep.tar.gz" "$OUT/$1.tar.gz"; mv "$OUT/snakemake-sweep.log" "$OUT/snakemake-$1.log"
   mv "$OUT/machine-sweep.txt" "$OUT/$1-machine.txt"
+  if [ -n "${BUNDLE:-}" ]; then
+    # a part of several sweeps: the device tool brings back at most eight files of a call, so each sweep's four go
+    # into one tar as it ends ($OUT/$BUNDLE.tar; a sweep that the call's limit cuts short leaves the others there)
+    tar -rf "$OUT/$BUNDLE.tar" -C "$OUT" "$1.yaml" "$1.tar.gz" "snakemake-$1.log" "$1-machine.txt"
+    (cd "$OUT" && rm -f "$1.yaml" "$1.tar.gz" "snakemake-$1.log" "$1-machine.txt")
+  fi
 }
 case "$part" in
 stage) bash "$here/../branches/run.sh" stage ;;  # a carried pack's parts but the last (../prebuilt.sh)
@@ -90,13 +97,13 @@ threads)
   # e.g. WORKER_THREADS="4 8": fewer threads than cores leave the llama.cpp decode threads' OpenMP team room beside
   # the worker's (sweep2/: the worker's time hardly changed with that team asleep, OMP_WAIT_POLICY=passive)
   for n in ${WORKER_THREADS:-16}; do
-    sweep "threads$n" "ostinato-overlap, ostinato-graph" "\"--residency-worker-threads\", \"$n\""
+    BUNDLE=threads sweep "threads$n" "ostinato-overlap, ostinato-graph" "\"--residency-worker-threads\", \"$n\""
   done
   ;;
 teams)
   for tw in ${TEAMS:-8:8 4:12 2:14}; do
     t=${tw%%:*}; w=${tw##*:}
-    sweep "teams-t$t-w$w" "ostinato-graph, ostinato-overlap" \
+    BUNDLE=teams sweep "teams-t$t-w$w" "ostinato-graph, ostinato-overlap" \
         "\"-t\", \"$t\", \"-tb\", \"${BATCH_THREADS:-16}\", \"--residency-worker-threads\", \"$w\""
   done
   ;;
