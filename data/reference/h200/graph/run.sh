@@ -64,8 +64,8 @@ sweep() {  # name, engines[, more server arguments, quoted and comma-separated]
   if [ -n "${BUNDLE:-}" ]; then
     # a part of several sweeps: the device tool brings back at most eight files of a call, so each sweep's four go
     # into one tar as it ends ($OUT/$BUNDLE.tar; a sweep that the call's limit cuts short leaves the others there)
-    tar -rf "$OUT/$BUNDLE.tar" -C "$OUT" "$1.yaml" "$1.tar.gz" "snakemake-$1.log" "$1-machine.txt"
-    (cd "$OUT" && rm -f "$1.yaml" "$1.tar.gz" "snakemake-$1.log" "$1-machine.txt")
+    local files=("$1.yaml" "$1.tar.gz" "snakemake-$1.log" "$1-machine.txt")
+    tar -rf "$OUT/$BUNDLE.tar" -C "$OUT" "${files[@]}" && (cd "$OUT" && rm -f "${files[@]}")
   fi
 }
 case "$part" in
