@@ -391,6 +391,16 @@ def test_heldout_runs_are_a_series_of_their_own():
     assert (graph / "series.txt").read_text().strip() == "one graph per decode step"
     assert len(named) == len(pd.read_csv(graph / "sessions.csv")) and set(named["engine"]) == {"ostinato", "llama.cpp-layers", "buun (policy, implemented here)"}
     assert len(runs.sessions[runs.sessions["series"] == "measured (h200, reference, whole sessions)"]) == len(whole)
+    # the current engine's run 1 (every engine on one machine) is the series its series.txt names, all its engines'
+    # sessions; its unfinished engine (partial.sessions.csv) is not part of it
+    design = h200 / "heldout" / "run1-borrow"
+    runs = load_series([], [], "", [], [], "p", [], "h200", heldout + [str(design)])
+    label = "measured (h200, reference, whole sessions: one graph per decode step with borrowed memory)"
+    named = runs.sessions[runs.sessions["series"] == label]
+    assert (design / "series.txt").read_text().strip() == "one graph per decode step with borrowed memory"
+    assert len(named) == len(pd.read_csv(design / "sessions.csv")) == 40
+    assert set(named["engine"]) == {"ostinato", "llama.cpp-layers", "buun (policy, implemented here)",
+                                    "llama.cpp-expert-cache (policy, implemented here)"}
 
 
 @pytest.mark.slow  # papermill starts a kernel
@@ -403,7 +413,7 @@ def test_result_notebooks_render_under_papermill(tmp_path):
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
               "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / r)
-                               for r in ("run1", "run1-repeat", "run1-buun", "run1-graph-3")],
+                               for r in ("run1", "run1-repeat", "run1-buun", "run1-borrow")],
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
               "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/branches/sweep/summary.json"),
                                 "measured (h200, reference, borrowed memory)":
