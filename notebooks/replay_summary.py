@@ -19,7 +19,9 @@
 # Reads the per-session CSV of `ostinato replay summarize` (one row per engine and session),
 # writes a per-session table (`tables/replay_summary.{csv,md}`), a figure
 # (`figures/replay_summary.{pdf,png}`) comparing the engine variants (`stock`, `ostinato`, …) and the
-# comparison of every engine with the target engine as in the paper's Table 3 (`tables/replay_compare.{csv,md}`).
+# comparison of every engine with the target engine as in the paper's Table 3 (`tables/replay_compare.{csv,md}`) and,
+# with the per-request CSV, each engine's median TTFT after tool outputs by new tokens as in the paper's Figure 7a
+# (`tables/replay_by_new_tokens.{csv,md}`).
 # Every series is measured on one machine and labelled `measured (<machine>)`.
 #
 # **Foreign load.** Each replay samples what else loaded the machine (`ostinato.replay.load`): a session whose other
@@ -38,6 +40,7 @@ output_stem = "replay_summary"
 requests_csv = ""  # optional per-request CSV(s) of `replay summarize --requests-out`: medians over requests
 target = "ostinato"  # engine whose savings the comparison reports
 compare_stem = "replay_compare"
+by_new_tokens_stem = "replay_by_new_tokens"  # written when requests_csv is given and the comparison is made
 n_resamples = 9999  # bootstrap resamples of the saved share's CI
 ci_seed = 0
 
@@ -178,6 +181,11 @@ if target in order and len(order) > 1:
           + (f": {', '.join(comparison.dropped)}" if comparison.dropped else ""))
     print("wrote", *written)
     compare_view = display_table(comparison.table)
+    if requests is not None:
+        from ostinato.replay.sizes import save_by_new_tokens, ttft_by_new_tokens
+
+        sizes = ttft_by_new_tokens(requests, comparison.kept, target, [target, *others])
+        print("wrote", *save_by_new_tokens(sizes, Path(tables_dir) / by_new_tokens_stem))
 else:
     compare_view = None
     print(f"no comparison: target {target!r} and at least one other engine needed (engines {order})")

@@ -229,3 +229,64 @@ def test_compare_clean_only_leaves_out_sessions_under_foreign_load(tmp_path: Pat
     df["load_flag"] = "foreign load"
     with pytest.raises(ValueError, match="without foreign load"):
         compare_engines(df, cfg=CompareConfig(n_resamples=999, clean_only=True))
+
+
+def size_requests() -> pd.DataFrame:
+    """Per-request rows of two engines over two sessions: tool-output turns of 100, 300 and 2,000 new tokens
+    (a failed one among them), a user turn, and a third session only the target finished."""
+    rows = []
+    for engine, scale in (("ostinato", 1.0), ("stock", 2.0)):
+        for s in ("s00", "s01"):
+            for turn, (kind, n_new, ttft, ok) in enumerate([("first", 3000, 5.0, True), ("tool", 100, 0.1, True),
+                                                             ("tool", 300, 0.4, True), ("tool", 2000, 2.0, True),
+                                                             ("tool", 300, 9.0, False), ("user", 50, 0.05, True)]):
+                slower = scale if n_new < 512 else (1.25 if engine == "stock" else 1.0)
+                rows.append({"engine": engine, "session": s, "turn": turn, "kind": kind, "n_new": n_new,
+                             "ttft_s": ttft * slower, "tpot_s": 0.01, "ok": ok})
+    rows.append({"engine": "ostinato", "session": "s02", "turn": 0, "kind": "tool", "n_new": 300, "ttft_s": 50.0,
+                 "tpot_s": 0.01, "ok": True})
+    return pd.DataFrame(rows)
+
+
+def test_ttft_by_new_tokens_bins_tool_turns_of_the_kept_sessions():
+    from ostinato.replay.sizes import ttft_by_new_tokens
+
+    t = ttft_by_new_tokens(size_requests(), ["s00", "s01"]).set_index(["new_tokens", "engine"])
+    # only answered tool-output turns of the kept sessions: the failed turn and s02 are left out
+    assert t.loc[("256-511", "ostinato"), "turns"] == 2 and t.loc[("256-511", "ostinato"), "ttft_median_s"] == pytest.approx(0.4)
+    assert t.loc[("<128", "stock"), "ttft_median_s"] == pytest.approx(0.2)
+    # the target's change against an engine: half the time below 512 new tokens, 1/1.25 above
+    assert t.loc[("<512", "stock"), "change_pct"] == pytest.approx(-50.0)
+    assert t.loc[("<512", "stock"), "turns"] == 4
+    assert t.loc[(">=1024", "stock"), "change_pct"] == pytest.approx(100 * (1 / 1.25 - 1))
+    assert pd.isna(t.loc[("<512", "ostinato"), "change_pct"])
+    # an empty bin has no median and no change
+    assert t.loc[("128-255", "stock"), "turns"] == 0 and pd.isna(t.loc[("128-255", "stock"), "change_pct"])
+
+
+def test_ttft_by_new_tokens_errors_name_what_is_missing():
+    from ostinato.replay.sizes import ttft_by_new_tokens
+
+    with pytest.raises(ValueError, match="lacks columns \\['n_new'\\]"):
+        ttft_by_new_tokens(size_requests().drop(columns="n_new"), ["s00"])
+    with pytest.raises(ValueError, match="target engine 'fast' not in the per-request CSV"):
+        ttft_by_new_tokens(size_requests(), ["s00"], target="fast")
+    # a target without tool-output turns in the kept sessions: bins without medians, not an error
+    t = ttft_by_new_tokens(size_requests()[lambda r: r["kind"] != "tool"], ["s00"])
+    assert set(t["turns"]) == {0} and t["ttft_median_s"].isna().all() and t["change_pct"].isna().all()
+
+
+def test_compare_cli_writes_ttft_by_new_tokens(tmp_path: Path, capsys):
+    session_rows({"stock": [10, 20, 30], "ostinato": [6, 10, 30]}).to_csv(tmp_path / "s.csv", index=False)
+    size_requests().to_csv(tmp_path / "r.csv", index=False)
+    args = ["replay", "compare", "--sessions", str(tmp_path / "s.csv"), "--n-resamples", "499", "--out",
+            str(tmp_path / "cmp"), "--by-new-tokens", str(tmp_path / "sizes")]
+    assert ostinato.cli.main(args) == 2  # needs the per-request CSV
+    assert "--by-new-tokens needs --requests" in capsys.readouterr().err
+    assert ostinato.cli.main(args + ["--requests", str(tmp_path / "r.csv")]) == 0
+    table = pd.read_csv(tmp_path / "sizes.csv")
+    # the sessions every engine completed (s00-s02 here): s02's target-only turn counts, as compare keeps s02
+    assert set(table["sessions"]) == {3} and set(table["engine"]) == {"ostinato", "stock"}
+    md = (tmp_path / "sizes.md").read_text()
+    # below 512: the target's 0.1, 0.1, 0.4, 0.4 and s02's 50 s (median 0.4) against 0.2, 0.2, 0.8, 0.8 (0.5)
+    assert "| <512 | 5 | 0.400 | 0.500 | -20.0% |" in md and "ostinato vs stock" in md

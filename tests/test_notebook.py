@@ -37,6 +37,19 @@ def small_summary(path: Path, one_failure: bool = True) -> Path:
     return path
 
 
+def small_requests(path: Path) -> Path:
+    """Per-request rows for `small_summary`'s sessions: a first turn, and tool-output turns of 100 and 700 new tokens
+    that Ostinato answers in 0.6 of stock's time."""
+    rows = []
+    for engine, scale in (("stock", 1.0), ("ostinato", 0.6)):
+        for session in ["tau2/a/000", "tau2/a/001", "swe-mini/x"]:
+            for turn, (kind, n_new) in enumerate([("first", 2000), ("tool", 100), ("tool", 700)]):
+                rows.append({"engine": engine, "session": session, "turn": turn, "kind": kind, "n_new": n_new,
+                             "ok": True, "ttft_s": scale * n_new / 1000, "tpot_s": scale * 0.01})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
 def test_jupytext_twin_in_sync():
     py = REPO / "notebooks" / "replay_summary.py"
     nb = json.loads(NOTEBOOK.read_text())
@@ -55,6 +68,8 @@ def test_notebook_runs_under_papermill(tmp_path: Path, one_failure: bool):
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({
         "summary_csv": str(csv), "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
+        # the per-request CSV, as the pipeline passes it, in one of the two runs
+        **({} if one_failure else {"requests_csv": str(small_requests(tmp_path / "requests.csv"))}),
     }))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run(
@@ -97,6 +112,13 @@ def test_notebook_runs_under_papermill(tmp_path: Path, one_failure: bool):
     assert saved["saved_ci_low_pct"] == pytest.approx(40.0) and saved["saved_ci_high_pct"] == pytest.approx(40.0)
     compare_md = (tmp_path / "tables" / "replay_compare.md").read_text()
     assert "measured (cpu-2c)" in compare_md and "40.0% [40.0–40.0]" in compare_md
+    # Figure 7a's bins from the per-request CSV only: Ostinato 40% shorter in both bins with turns
+    sizes = tmp_path / "tables" / "replay_by_new_tokens.csv"
+    assert sizes.exists() != one_failure
+    if not one_failure:
+        by = pd.read_csv(sizes).set_index(["new_tokens", "engine"])["change_pct"]
+        assert by[("<128", "stock")] == pytest.approx(-40.0) and by[("512-1023", "stock")] == pytest.approx(-40.0)
+        assert by[("<512", "stock")] == pytest.approx(-40.0) and pd.isna(by[("128-255", "stock")])
 
 
 def test_series_labels_and_markdown():

@@ -33,6 +33,8 @@ rule render_replay_summary:
         **reported_notebook_outputs("replay_summary"),
         compare_csv=reported("tables/replay_compare.csv", "replay_summary"),
         compare_md="tables/replay_compare.md",
+        by_new_tokens_csv="tables/replay_by_new_tokens.csv",
+        by_new_tokens_md="tables/replay_by_new_tokens.md",
     log:
         "results/figures/replay_summary.log",
     benchmark:

@@ -138,6 +138,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--clean-only", action="store_true",
                    help="leave out the sessions any compared engine replayed under foreign load (their `load_flag`)")
     c.add_argument("--out", required=True, type=Path, help="output stem: writes STEM.csv and STEM.md")
+    c.add_argument("--by-new-tokens", type=Path, default=None, metavar="STEM",
+                   help="also write STEM.csv and STEM.md: median TTFT after tool outputs by new tokens (Figure 7a's "
+                        "bins) on the compared sessions, the target's change against each engine (needs --requests)")
     c.set_defaults(func=compare_cmd)
 
     b = sub.add_parser("bitwise", help="two engines' replays of the same sessions (replay run --record-probs): the "
@@ -305,8 +308,15 @@ def compare_cmd(args: argparse.Namespace) -> int:
         sessions = pd.read_csv(args.sessions)
     except pd.errors.EmptyDataError as exc:
         raise ValueError(f"an input CSV of `replay compare` is empty ({exc}); did `replay summarize` find results?") from None
+    if args.by_new_tokens is not None and requests is None:
+        raise ValueError("--by-new-tokens needs --requests (the per-request CSV of `replay summarize --requests-out`)")
     comp = compare_engines(sessions, requests, cfg)
     paths = save_comparison(comp, args.out)
+    if args.by_new_tokens is not None:
+        from ostinato.replay.sizes import save_by_new_tokens, ttft_by_new_tokens
+
+        engines = list(dict.fromkeys(comp.table["engine"]))
+        paths += save_by_new_tokens(ttft_by_new_tokens(requests, comp.kept, args.target, engines), args.by_new_tokens)
     print(f"compared {comp.table['engine'].nunique() - 1} engine(s) with {args.target} on {len(comp.kept)} sessions "
           f"({len(comp.dropped)} dropped{': ' + ', '.join(comp.dropped) if comp.dropped else ''}) → "
           f"{', '.join(map(str, paths))}", file=sys.stderr)

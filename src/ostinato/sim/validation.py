@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ostinato.replay.sizes import NEW_TOKEN_BINS
 from ostinato.series import series_label
 
 # simulator policy -> the paper's engine it stands for
@@ -20,9 +21,8 @@ PAPER_ENGINE = {"ostinato": "ostinato", "llama.cpp-layers": "llama.cpp-layers", 
 # Table 8b's steps and the simulator policy that models each
 STEP_POLICY = {1: "llama.cpp-layers", 2: "llama.cpp-expert-cache", 3: "ostinato-native-prefill", 4: "ostinato-native-prefill-overlap",
                5: "ostinato"}
-# Figure 7a's bins of new tokens (tool-output turns)
-BINS = [(0, 128, "<128"), (128, 256, "128-255"), (256, 512, "256-511"), (512, 1024, "512-1023"),
-        (1024, 10**9, ">=1024")]
+# Figure 7a's bins of new tokens (tool-output turns), the measured replays' too
+BINS = NEW_TOKEN_BINS
 PAPER = series_label("paper")
 
 
