@@ -205,7 +205,7 @@ ax.set_xticks(x, [f"{s}: {p}" for s, p in zip(ablation["step"], ablation["policy
 ax.set_title("(c) Table 8b steps, total / step 1")
 ax.legend(fontsize="x-small")
 ax = axes[3]
-labels = [b[2] for b in V.BINS]
+labels = [b[2] for b in V.NEW_TOKEN_BINS]
 x = np.arange(len(labels))
 for i, (sim_ref, marker) in enumerate((("llama.cpp-layers", "o"), ("llama.cpp-expert-cache", "^"), ("buun", "v"))):
     sub = fig7a[fig7a["simulated_reference"] == sim_ref].set_index("new_tokens").reindex(labels)

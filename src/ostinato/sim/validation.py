@@ -21,8 +21,6 @@ PAPER_ENGINE = {"ostinato": "ostinato", "llama.cpp-layers": "llama.cpp-layers", 
 # Table 8b's steps and the simulator policy that models each
 STEP_POLICY = {1: "llama.cpp-layers", 2: "llama.cpp-expert-cache", 3: "ostinato-native-prefill", 4: "ostinato-native-prefill-overlap",
                5: "ostinato"}
-# Figure 7a's bins of new tokens (tool-output turns), the measured replays' too
-BINS = NEW_TOKEN_BINS
 PAPER = series_label("paper")
 
 
@@ -117,7 +115,7 @@ def fig7a_changes(req: pd.DataFrame, figure7: pd.DataFrame) -> pd.DataFrame:
     per bin of new tokens, the paper's range beside the simulated change."""
     tool = req[req["kind"] == "tool"]
     rows = []
-    for lo, hi, label in BINS:
+    for lo, hi, label in NEW_TOKEN_BINS:  # Figure 7a's bins, as the measured replays' (replay.sizes)
         b = tool[(tool["n_new"] >= lo) & (tool["n_new"] < hi)]
         med = b.groupby("engine")["ttft_ms"].median()
         n_turns = int((b["engine"] == "ostinato").sum())
