@@ -225,6 +225,9 @@ def test_resume_after_interrupted_runner(fake_bin, fake_model, tmp_path):
     keys = [(r["session"], r["turn"]) for r in recs]
     assert len(keys) == len(set(keys)) == 6
     assert len(json.loads((store.root / "runs.json").read_text())) == 2
+    # what each session's server had served before it: the resumed run's server started afresh at test/s1
+    prior = {r["session"]: r["server_prior"]["sessions"] for r in recs}
+    assert prior == {"test/s0": 0, "test/s1": 0, "test/s2": 1}
 
 
 def test_rerun_replays_sessions_whose_routing_trace_is_gone(fake_bin, fake_model, tmp_path):
@@ -312,6 +315,10 @@ def test_server_crash_replays_the_session_on_the_restarted_server(fake_bin, fake
     assert sorted((r["session"], r["turn"]) for r in recs) == [(s.session_id, t) for s in sessions for t in range(2)]
     s0 = [r for r in recs if r["session"] == "test/s0"]
     assert all(r["ok"] and r["attempt"] == 2 and r["server_start"] == 2 for r in s0)
+    # the restarted server had served nothing before test/s0, then test/s0 before test/s1, and so on
+    prior = {r["session"]: r["server_prior"] for r in recs}
+    assert [prior[s.session_id]["sessions"] for s in sessions] == [0, 1, 2]
+    assert len({p["sha256"] for p in prior.values()}) == 3
     assert s0[0]["server"]["cache_n"] == 0  # replayed from an erased slot, as the first time
     runs = json.loads((tmp_path / "out" / "stock" / "runs.json").read_text())
     assert runs[-1]["retried"] == {"test/s0": 1} and runs[-1]["restarts"] == 1
@@ -688,6 +695,39 @@ def test_bitwise_compare_finds_the_first_differing_bit(tmp_path):
     assert [x.what for x in compare(a, _write_probs(tmp_path / "w", "overlap", {"t/a": lps["t/a"]})).differences] == ["missing"]
     noprobs = compare(a, _write_probs(tmp_path / "v", "overlap", lps, probs=False))
     assert not noprobs.equal and {x.what for x in noprobs.differences} == {"no_probs"} and noprobs.tokens == 0
+
+
+def test_bitwise_compares_a_session_only_after_the_same_served_sessions(tmp_path, capsys):
+    """A server keeps state from one session to the next (borrowed memory): a session whose server had served other
+    sessions before it on one side (a replay resumed on a new server start) is a `history` difference, not compared."""
+    from ostinato.cli import main
+    from ostinato.replay.bitwise import compare
+    from ostinato.replay.runner import ServedSessions
+
+    lps = {"t/a": [[-0.5, -1.25]], "t/b": [[-2.0, -2.5]], "t/c": [[-1.0, -1.5]]}
+
+    def with_history(root: Path, restart_before: str | None) -> Path:
+        d = _write_probs(root, "e", lps)
+        served, start = ServedSessions(), 1
+        for sid in sorted(lps):
+            start += sid == restart_before
+            f = d / "sessions" / (sid.replace("/", "__") + ".jsonl")
+            rec = json.loads(f.read_text())
+            rec["server_prior"] = served.prior(start)
+            served.add(start, sid)
+            f.write_text(json.dumps(rec) + "\n")
+        return d
+
+    a = with_history(tmp_path / "x", None)
+    assert compare(a, with_history(tmp_path / "y", None)).equal
+    resumed = compare(a, with_history(tmp_path / "z", "t/b"))  # b's server started again before t/b
+    assert not resumed.equal and (resumed.sessions, resumed.tokens) == (1, 1)
+    assert [(d.session, d.what) for d in resumed.differences] == [("t/b", "history"), ("t/c", "history")]
+    assert "served 1 session(s) before it, b's 0" in resumed.differences[0].detail
+    # records made before the history was recorded are compared as before
+    assert compare(a, _write_probs(tmp_path / "w", "e", lps)).equal
+    assert main(["replay", "bitwise", "--in", str(a), str(tmp_path / "z" / "e"), "--out", str(tmp_path / "h.json")]) == 1
+    assert "2 of them sessions not compared" in capsys.readouterr().err
 
 
 def test_bitwise_cli_exit_status_and_report(tmp_path, capsys):

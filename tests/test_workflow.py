@@ -89,6 +89,8 @@ def test_borrow_replays_take_their_parameters_from_the_development_sessions(tmp_
             if "ostinato replay run" in l and "bitwise/tau2-heldout" in l}
     assert set(runs) == {"results/replay/bitwise/tau2-heldout/.partial-base",
                          "results/replay/bitwise/tau2-heldout/.partial-inturn"}, runs
+    # each replays all its sessions on one server start: an interrupted one's partial results are removed first
+    assert all(f"rm -rf {p} && ostinato replay run" in l for p, l in runs.items()), runs
     assert all("--preset ostinato-graph" in l for l in runs.values()), runs
     assert ("--server-arg=--residency-borrow --server-arg=all --server-arg=--residency-graph --server-arg=segments "
             "--server-arg=--residency-branches --server-arg=inturn") in runs[

@@ -67,7 +67,9 @@ rule summarize_replay:
 # The paper's Appendix A check over whole sessions (replay.bitwise): one engine replays the sets with its own flags
 # (`base`) and with each variant's flags added, every request asking for its top log-probabilities; each variant must
 # return the base's tokens and bitwise the same log-probabilities (`ostinato replay bitwise`: the job fails otherwise,
-# its log naming the first difference). It runs after the timed replays and is no timing.
+# its log naming the first difference). It runs after the timed replays and is no timing. Each replay serves all its
+# sessions on one server start: a server keeps state from one session to the next (borrowed memory), so an interrupted
+# one starts again from its first session instead of resuming on a new server start.
 rule replay_bitwise:
     input:
         unpack(bitwise_inputs),
@@ -88,7 +90,7 @@ rule replay_bitwise:
         **ENGINE_GPU,
     params:
         engine=BITWISE.get("engine", ""),
-        partial="results/replay/bitwise/{set}/.partial-{variant}",  # an interrupted replay resumes here
+        partial="results/replay/bitwise/{set}/.partial-{variant}",  # an interrupted replay's, removed at the start
         server=lambda w: server_opts(BITWISE["engine"]),
         preset=lambda w, input: preset_opts(BITWISE["engine"], input),
         variant=lambda w: bitwise_args(w.variant),
@@ -97,8 +99,8 @@ rule replay_bitwise:
         n_probs=BITWISE.get("n_probs", 4),
         max_retries=REPLAY["max_retries"],
     shell:
-        "(ostinato replay run --engine-name {params.engine} --server-bin {input.server} --model {input.model} "
-        "--sessions {input.sessions} --out {params.partial} --machine-label {params.machine} {params.preset} "
+        "(rm -rf {params.partial} && ostinato replay run --engine-name {params.engine} --server-bin {input.server} "
+        "--model {input.model} --sessions {input.sessions} --out {params.partial} --machine-label {params.machine} {params.preset} "
         "{params.routing} {params.server} {params.variant} --record-probs {params.n_probs} --no-progress "
         "--on-setup-change restart --max-retries {params.max_retries} --strict "
         "&& mv {params.partial}/{params.engine} {output.results} && rm -rf {params.partial}) > {log} 2>&1"

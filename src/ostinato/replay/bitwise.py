@@ -5,6 +5,11 @@ split path's branches in turn and overlapped, `ostinato` and `ostinato-overlap`)
 `replay run --record-probs N`, and every request must return the same tokens and bitwise the same top-N token ids
 and log-probabilities. Log-probabilities travel as JSON numbers, which llama-server writes with enough digits to
 read back the float it computed, so equal numbers here are equal bits there.
+
+A server keeps state from one session to the next (borrowed memory's scores and slots), so a session is comparable
+only where both servers had served the same sessions before it (the records' `server_prior`, `replay run`): one whose
+history differs, e.g. because one replay was interrupted and resumed on a new server start, is reported as a
+`history` difference and its requests are not compared.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ class Difference:
 
     session: str
     turn: int | None
-    what: str             # tokens | top_ids | top_logprobs | failed | missing | no_probs
+    what: str             # tokens | top_ids | top_logprobs | failed | missing | no_probs | history
     position: int | None  # the generated token where it differs
     detail: str
 
@@ -106,6 +111,20 @@ def _compare_request(session: str, turn: int, ra: dict, rb: dict) -> tuple[Diffe
     return None, len(ra["top_logprobs"])
 
 
+def _prior(turns: dict[int, dict]) -> dict | None:
+    """What the session's server had served before it (`server_prior` of its first record), None in results made
+    before it was recorded."""
+    return turns[min(turns)].get("server_prior") if turns else None
+
+
+def _history_difference(session: str, pa: dict, pb: dict) -> Difference:
+    return Difference(session, None, "history", None,
+                      f"a's server had served {pa.get('sessions')} session(s) before it, b's {pb.get('sessions')}"
+                      + (" (other ones)" if pa.get("sessions") == pb.get("sessions") else "")
+                      + ": a server keeps state from one session to the next (borrowed memory), so the session is "
+                        "compared only after the same sessions; replay both whole, each on one server start")
+
+
 def compare(a: Path, b: Path) -> BitwiseReport:
     """Compare two engines' replays (`replay run --out OUT` directories, or OUT/<engine>) request by request."""
     da, db = _engine_dir(Path(a)), _engine_dir(Path(b))
@@ -115,6 +134,10 @@ def compare(a: Path, b: Path) -> BitwiseReport:
         if sid not in sa or sid not in sb:
             report.differences.append(Difference(sid, None, "missing", None,
                                                  f"only in {'a' if sid in sa else 'b'}"))
+            continue
+        pa, pb = _prior(sa[sid]), _prior(sb[sid])
+        if pa is not None and pb is not None and pa != pb:
+            report.differences.append(_history_difference(sid, pa, pb))
             continue
         report.sessions += 1
         for turn in sorted(set(sa[sid]) | set(sb[sid])):

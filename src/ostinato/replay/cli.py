@@ -330,8 +330,11 @@ def bitwise_cmd(args: argparse.Namespace) -> int:
     report = compare(*args.inputs)
     save(report, args.out)
     first = report.differences[0] if report.differences else None
+    history = sum(d.what == "history" for d in report.differences)
     print(f"{'bitwise equal' if report.equal else 'NOT bitwise equal'}: {report.sessions} sessions, {report.requests} "
           f"requests, {report.tokens} generated tokens compared, {len(report.differences)} differences"
+          + (f" ({history} of them sessions not compared: their servers had served other sessions before them)"
+             if history else "")
           + (f" (first: {first.session} turn {first.turn}, {first.what}: {first.detail})" if first else "")
           + f" → {args.out}", file=sys.stderr)
     for side, b in (("a", report.borrow_a), ("b", report.borrow_b)):

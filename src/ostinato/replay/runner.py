@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -102,6 +103,29 @@ class ReplayConfig:
 
 
 @dataclass
+class ServedSessions:
+    """The sessions one server start has served, in order. A server keeps state from one session to the next
+    (borrowed memory's scores and slots, caches), so two replays compared bitwise are comparable session by session
+    only where their servers had served the same sessions before; each record keeps that history as `server_prior`."""
+
+    server_start: int = 0
+    sessions: list[str] = field(default_factory=list)
+
+    def prior(self, server_start: int) -> dict:
+        """What the server of start number `server_start` served before the session it starts now: a count and
+        the sha256 of the session ids in order (a restarted server has served none)."""
+        if server_start != self.server_start:
+            self.server_start, self.sessions = server_start, []
+        return {"sessions": len(self.sessions),
+                "sha256": hashlib.sha256("\n".join(self.sessions).encode()).hexdigest()}
+
+    def add(self, server_start: int, session_id: str) -> None:
+        """Note a session that the server of start number `server_start` served."""
+        self.prior(server_start)
+        self.sessions.append(session_id)
+
+
+@dataclass
 class RunSummary:
     """Counts of one run: sessions replayed, skipped as already present, failed, replayed again after a crash
     (session -> retries), server restarts."""
@@ -181,11 +205,14 @@ def request_record(engine: str, machine: str, session: TokenizedSession, turn: i
 
 
 def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
-                   bar: tqdm | None = None, attempt: int = 1) -> tuple[list[dict], str, bool]:
+                   bar: tqdm | None = None, attempt: int = 1,
+                   served: ServedSessions | None = None) -> tuple[list[dict], str, bool]:
     """Replay one session from an erased slot; return (records, failure reason or "", needs restart).
 
     Request i sends the whole conversation so far (all earlier new and recorded output tokens, then
     its own new tokens) and forces its recorded output; every request gets a record, also after a failure.
+    `served`: the sessions the server served before this one; every record keeps them as `server_prior` and
+    the session is added once it ran without a server restart.
     """
     records: list[dict] = []
     reason, restart = "", False
@@ -203,6 +230,7 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
         # a trace left by an interrupted replay of this session: the server records only into files it creates
         trace_path(cfg.routing_record_dir, session.session_id).unlink(missing_ok=True)
     counters = borrow_counters(server) if cfg.borrow_counters and not reason else None
+    prior = served.prior(server.n_starts) if served is not None else None
     for turn, req in enumerate(session.requests):
         prompt = context + list(req.new_token_ids)
         if reason:
@@ -234,6 +262,11 @@ def replay_session(server: Server, session: TokenizedSession, cfg: ReplayConfig,
             bar.update(1)
         if cfg.after_request is not None:
             cfg.after_request(server, session, turn)
+    if prior is not None:
+        for rec in records:
+            rec["server_prior"] = prior
+        if not restart:
+            served.add(server.n_starts, session.session_id)
     return records, reason, restart
 
 
@@ -337,10 +370,11 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     if cfg.warmup:
         server.warmup(list(WARMUP_TOKEN_IDS))
     n_req = sum(len(s.requests) for s in todo)
+    served = ServedSessions()
     with tqdm(total=n_req, unit="req", desc=cfg.engine, disable=not cfg.progress) as bar:
         for s in todo:
             bar.set_postfix_str(s.session_id[-40:])
-            records, reason = _replay_with_retries(server, s, cfg, bar, summary)
+            records, reason = _replay_with_retries(server, s, cfg, bar, summary, served)
             store.write_session(s.session_id, records)
             if reason:
                 summary.failed[s.session_id] = reason
@@ -355,13 +389,13 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
 
 
 def _replay_with_retries(server: Server, session: TokenizedSession, cfg: ReplayConfig, bar: tqdm,
-                         summary: RunSummary) -> tuple[list[dict], str]:
+                         summary: RunSummary, served: ServedSessions) -> tuple[list[dict], str]:
     """Replay a session; after a server crash restart the server and replay it again from its first request (its
     records then all come from one attempt on one server start), up to `cfg.max_retries` times. Return the last
     attempt's records and its failure reason ("" when it succeeded)."""
     attempt = 1
     while True:
-        records, reason, restart = replay_session(server, session, cfg, bar, attempt)
+        records, reason, restart = replay_session(server, session, cfg, bar, attempt, served)
         if restart:
             server.restart()
             summary.restarts += 1
