@@ -1,9 +1,10 @@
 # Sourced by heldout/run.sh and branches/run.sh (bash, set -e): an engine build packed by an earlier session
 # (`ostinato engine pack-build`: its index engine-cuda.json and its parts engine-cuda.tar.xz.NN), carried in
-# .prebuilt-parts/ and .prebuilt/ over one or two calls (the H200's CUDA pack of stock and ostinato, about 53 MB, with
+# .prebuilt-parts/ and .prebuilt/ over two or more calls (the H200's CUDA pack of stock and ostinato, about 53 MB, with
 # the tracked files, .whl/ and .carry/ exceeds the 64 MiB that travel to the device in one call: the parts but the last
 # go in a `stage` call of their own, the last part and the index with the call that needs the build, sent at once,
-# since the machine is given back 30 s after a call).
+# since the machine is given back 30 s after a call). Stage calls add up: where the parts but the last and the
+# tracked files exceed 64 MiB together, several stage calls each carry some of the parts.
 PACK_DIR=build/prebuilt
 
 # what the carried folders hold, copied where a later call on this warm machine finds it

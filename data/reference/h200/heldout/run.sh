@@ -40,7 +40,9 @@
 #                                   in one call, so it goes in two calls sent without pause (the machine is given back
 #                                   30 s after a call): `run.sh stage` carrying .prebuilt-parts/ (all parts but the
 #                                   last) alone, then `run.sh tests`/`replay` carrying .whl, .carry and .prebuilt/ (the
-#                                   last part and the index). A replay call then needs no build.
+#                                   last part and the index). A replay call then needs no build. Where those parts and
+#                                   the tracked files exceed 64 MiB together, `run.sh stage` runs twice or more, each
+#                                   call carrying some of the parts (each adds its own to build/prebuilt/).
 # PACK=1 run.sh build: after the build, its pack into $OUT/prebuilt/ (`ostinato engine pack-build`) when the call has
 # the time left (else `run.sh pack` in the next call), instead of the tests, the model and the replay.
 # Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
