@@ -228,6 +228,9 @@ def test_resume_after_interrupted_runner(fake_bin, fake_model, tmp_path):
     # what each session's server had served before it: the resumed run's server started afresh at test/s1
     prior = {r["session"]: r["server_prior"]["sessions"] for r in recs}
     assert prior == {"test/s0": 0, "test/s1": 0, "test/s2": 1}
+    from ostinato.replay.results import load_requests
+    table = load_requests([out])
+    assert dict(zip(table["session"], table["server_prior_sessions"])) == prior
 
 
 def test_rerun_replays_sessions_whose_routing_trace_is_gone(fake_bin, fake_model, tmp_path):

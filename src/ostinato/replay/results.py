@@ -67,9 +67,11 @@ def load_requests(paths: list[Path]) -> pd.DataFrame:
         for f in sorted((d / SESSIONS_DIR).glob("*.jsonl")):
             for rec in read_records(f):
                 row = {k: v for k, v in rec.items() if k not in ("server", "itl_s", "streamed_token_ids", "load",
-                                                                  "top_ids", "top_logprobs")}
+                                                                  "top_ids", "top_logprobs", "server_prior")}
                 for k, v in (rec.get("server") or {}).items():
                     row[f"server_{k}"] = v
+                if isinstance(rec.get("server_prior"), dict):  # how many sessions its server start served before
+                    row["server_prior_sessions"] = rec["server_prior"].get("sessions")
                 for k, v in (rec.get("load") or {}).items():
                     row[f"load_{k}"] = v
                 rows.append({**setup, **row})
