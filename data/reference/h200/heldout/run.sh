@@ -20,7 +20,8 @@
 #   .carry/sessions/                the session sets of config/h200.yaml, built on a CPU machine with the trace mirror
 #                                   (results/sessions/ of `snakemake --configfile config/h200.yaml --until
 #                                   build_sessions`); required, and copied over any set built here (../sessions.sh)
-#   .carry/resume/replay.tar.gz     optional: a previous session's replay.tar.gz. Its finished replays are kept when
+#   .carry/resume/replay.tar.gz     optional: a previous session's replay.tar.gz. Its finished timed replays (not the
+#                                   bitwise check's, which this machine replays whole) are kept when
 #                                   this machine's plans are the ones they ran with and its engine build the one they
 #                                   ran with the preset config/h200.yaml gives its engine now (`ostinato replay
 #                                   same-engine`; then marked up to date with `snakemake
@@ -125,6 +126,8 @@ replay() {
     done
     if [ $same = 1 ]; then
       cp -r /tmp/resume/results/replay results/ 2>/dev/null || true
+      # the bitwise check's replays are not carried: the replays it compares run on one machine, this one
+      rm -rf results/replay/bitwise
       # a finished replay is kept only if it ran the engine build this machine has (`replay same-engine`: the
       # fingerprint its runs.json records; replays from before it was recorded ran the code of LEGACY_SOURCES)
       done_csv=$(cd /tmp/resume && find results/replay -name '*.sessions.csv' ! -name sessions.csv | sort)
