@@ -530,6 +530,33 @@ def test_changed_setup_is_refused_or_restarts_with_old_results_kept(fake_bin, fa
     assert json.loads((out / "stock" / "runs.json").read_text())[-1]["sessions_sha256"] == "b"
 
 
+def test_a_replay_resumed_on_another_gpu_model_is_another_setup(fake_bin, fake_model, tmp_path):
+    """A replay interrupted on one kind of GPU is not resumed on another: its sessions all run on one kind."""
+    sessions = make_sessions(3, 1)
+    out = tmp_path / "out"
+
+    def info(gpu: str, host: str) -> dict:
+        return {"sessions_sha256": "a", "machine_info": {"hostname": host, "gpus": [{"name": gpu, "driver": host}]}}
+
+    def interrupt(server, session, turn):
+        if session.session_id == "test/s1":
+            raise KeyboardInterrupt
+
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        for host in ("vm1", "vm2"):  # another machine of the same GPU model resumes it (s0 is kept)
+            with pytest.raises(KeyboardInterrupt):
+                run_replay(sessions, server, ReplayConfig("stock", out, progress=False, after_request=interrupt),
+                           run_info=info("NVIDIA H200", host))
+        with pytest.raises(ValueError, match=r"machine_info\.gpus changed"):
+            run_replay(sessions, server, ReplayConfig("stock", out, progress=False),
+                       run_info=info("NVIDIA H100 80GB HBM3", "vm3"))
+        summary = run_replay(sessions, server, ReplayConfig("stock", out, progress=False, on_setup_change="restart"),
+                             run_info=info("NVIDIA H100 80GB HBM3", "vm3"))
+    assert summary.done == ["test/s0", "test/s1", "test/s2"] and not summary.skipped
+    aside = list(out.glob("stock.superseded-*"))
+    assert len(aside) == 1 and [f.name for f in (aside[0] / "sessions").glob("*.jsonl")] == ["test__s0.jsonl"]
+
+
 def test_real_server_teacher_forced_routing(llama_server_paths, tmp_path):
     """Every request of a session follows its forced trace; what the engine records equals it."""
     from ostinato.routing.trace import TraceShape, random_trace, read_trace, write_trace

@@ -24,6 +24,7 @@ from ostinato.server.client import LLAMA_APIS, RequestInput, RequestOutput, eras
 from ostinato.errors import InputError
 from ostinato.inputs import load_json
 from ostinato.replay.load import LoadProbe, probe_for, usage_between
+from ostinato.replay.provenance import gpu_names
 from ostinato.replay.store import ResultStore, write_json_atomic
 from ostinato.routing.trace import trace_filename
 from ostinato.sessions.model import TokenizedSession
@@ -417,12 +418,23 @@ def _replay_with_retries(server: Server, session: TokenizedSession, cfg: ReplayC
 SETUP_KEYS = ("sessions_sha256", "model", "server_command", "routing_force_dir", "record_probs", "engine_build")
 
 
+def _gpus(run: dict) -> list[str] | None:
+    """The GPU models a run entry's machine description names (None: it has none)."""
+    info = run.get("machine_info")
+    return gpu_names(info.get("gpus")) if isinstance(info, dict) else None
+
+
 def _setup_changed(history: list[dict], info: dict) -> list[str]:
-    """The setup keys whose value differs between the last run and this one."""
+    """The setup keys whose value differs between the last run and this one, and `machine_info.gpus` when both
+    describe their machine and its GPU models differ: a replay's sessions all ran on one kind of GPU."""
     if not history:
         return []
     last = history[-1]
-    return [k for k in SETUP_KEYS if last.get(k) != info.get(k)]
+    changed = [k for k in SETUP_KEYS if last.get(k) != info.get(k)]
+    then, now = _gpus(last), _gpus(info)
+    if then is not None and now is not None and then != now:
+        changed.append("machine_info.gpus")
+    return changed
 
 
 def _check_same_setup(root: Path, history: list[dict], info: dict) -> None:
