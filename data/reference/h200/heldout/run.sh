@@ -26,7 +26,7 @@
 #                                   ran with the preset config/h200.yaml gives its engine now (`ostinato replay
 #                                   same-engine`; then marked up to date with `snakemake
 #                                   --touch`); its unfinished ones resume from their .partial directories (`replay run`
-#                                   restarts one whose engine build changed).
+#                                   restarts one whose engine build or GPU model changed).
 #   RERUN="ostinato ..."            optional: engines whose carried finished replays are replayed again on this machine
 #                                   (all of them, in every set and run), so that the engines this session replays are
 #                                   compared with them on one machine
