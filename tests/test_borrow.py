@@ -95,6 +95,11 @@ def test_tune_grid_and_choice():
                 upload_min=512)
     assert [(r["decay"], r["admit"]) for r in grid] == [(0.95, 1), (0.95, 4), (0.99, 1), (0.99, 4)]
     assert all(r["admissions"] <= r["steps"] for r in grid if r["admit"] == 1)
+    # the grid's points in two processes: the same rows in the same order, and the progress of every session
+    seen = []
+    assert tune(sessions, {"s/a": ids}, hot, [0, 0], slots=4, decays=[0.95, 0.99], margins=[1.0], admit=[1, 4],
+                upload_min=512, progress=seen.append, jobs=2) == grid
+    assert sum(seen) == len(grid) * len(sessions)
     free, costly = choose(grid), choose(grid, admission_cost=1.0)
     assert free["hit_share"] == max(r["hit_share"] for r in grid)
     nets = [(r["hits"] - r["admissions"]) / r["decode_cold_routes"] for r in grid]
@@ -135,9 +140,11 @@ def test_borrow_tune_cli(tmp_path):
     assert [r["admit"] for r in doc["grid"]] == [1, 2, 4] and doc["admission_cost"] == 1.0
     best = max(doc["grid"], key=lambda r: r["net_share"])
     assert doc["chosen"]["admit"] == best["admit"] and doc["chosen"]["net_share"] == best["net_share"]
+    a = parser.parse_args(base + ["--decay", "0.9", "--margin", "0.25", "--jobs", "3"])  # the same in three processes
+    assert a.func(a) == 0 and json.loads((tmp_path / "b.json").read_text()) == doc
     for bad, msg in ((["--decay", "0"], "--decay"), (["--margin", "x"], "--margin"), (["--slots", "0"], "--slots"),
                      (["--admit", "0"], "--admit"), (["--admit", "1.5"], "--admit"),
-                     (["--admission-cost", "-1"], "--admission-cost")):
+                     (["--admission-cost", "-1"], "--admission-cost"), (["--jobs", "0"], "--jobs")):
         a = parser.parse_args(base + bad)
         with pytest.raises(ValueError, match=msg):
             a.func(a)

@@ -152,6 +152,7 @@ rule tune_borrow:
         "../../environment.yml"
     wildcard_constraints:
         model=name_pattern([REPLAY_MODEL]),
+    threads: ALL_CORES
     params:
         grid=lambda w: (f"--slots {REPLAY_RESIDENCY['borrow']['slots']} "
                         f"--decay {','.join(map(str, REPLAY_RESIDENCY['borrow']['decay']))} "
@@ -160,7 +161,7 @@ rule tune_borrow:
                         f"--upload-min {REPLAY_RESIDENCY['upload_min']}"),
     shell:
         "ostinato residency borrow-tune --plan {input.plan} --sessions {input.sessions} "
-        "--routing {input.recorded}/routing {params.grid} --no-progress --out {output} > {log} 2>&1"
+        "--routing {input.recorded}/routing {params.grid} --jobs {threads} --no-progress --out {output} > {log} 2>&1"
 
 
 rule check_memory_model:

@@ -204,32 +204,57 @@ def replay_session(slots: BorrowedSlots, requests, ids: np.ndarray, moe: list[in
     return cold
 
 
+def _tune_point(sessions: list[tuple[str, list]], routing: dict[str, np.ndarray], hot: np.ndarray,
+                layer_pool: list[int], params: BorrowParams, upload_min: int, ubatch: int, progress=None) -> dict:
+    """One grid point over the sessions, each session from empty slots (`tune`'s row)."""
+    moe = [l for l, p in enumerate(layer_pool) if p >= 0]
+    tot, cold = BorrowCounts(), 0
+    for sid, reqs in sessions:
+        s = BorrowedSlots(hot, layer_pool, params)
+        cold += replay_session(s, reqs, routing[sid], moe, upload_min, ubatch)
+        for k in ("hits", "steps", "steps_hit", "admissions", "evictions", "reclaimed"):
+            setattr(tot, k, getattr(tot, k) + getattr(s.counts, k))
+        if progress:
+            progress(1)
+    return {"decay": params.decay, "margin": params.margin, "admit": params.admit, "slots": params.slots,
+            "decode_cold_routes": cold, "hits": tot.hits, "hit_share": tot.hits / cold if cold else 0.0,
+            "steps": tot.steps, "steps_hit_share": tot.steps_hit / tot.steps if tot.steps else 0.0,
+            "admissions": tot.admissions, "evictions": tot.evictions, "reclaimed": tot.reclaimed}
+
+
+def _tune_points(sessions: list[tuple[str, list]], routing: dict[str, np.ndarray], hot: np.ndarray,
+                 layer_pool: list[int], points: list[BorrowParams], upload_min: int, ubatch: int) -> list[dict]:
+    """Several grid points in one worker process (the sessions and routing reach it once)."""
+    return [_tune_point(sessions, routing, hot, layer_pool, p, upload_min, ubatch) for p in points]
+
+
 def tune(sessions: list[tuple[str, list]], routing: dict[str, np.ndarray], hot: np.ndarray, layer_pool: list[int],
          slots: int, decays: list[float], margins: list[float], admit: int | list[int], upload_min: int,
-         ubatch: int = 512, progress=None) -> list[dict]:
+         ubatch: int = 512, progress=None, jobs: int = 1) -> list[dict]:
     """Every (decay, margin, admit) over the sessions, each session from empty slots: the share of decode's plan-cold
     routes computed on borrowed experts, of decode steps that computed one, and the copies (the engine's counters,
-    summed)."""
-    moe = [l for l, p in enumerate(layer_pool) if p >= 0]
+    summed). Rows in grid order (decay, then margin, then admit). `jobs` > 1: the grid points run in that many
+    processes, each taking every jobs-th point; the rows are the same. `progress(n)`: n more sessions replayed."""
     admits = [admit] if isinstance(admit, int) else list(admit)
-    out = []
-    for d in decays:
-        for m in margins:
-            for a in admits:
-                params = BorrowParams(slots, d, m, a)
-                tot, cold = BorrowCounts(), 0
-                for sid, reqs in sessions:
-                    s = BorrowedSlots(hot, layer_pool, params)
-                    cold += replay_session(s, reqs, routing[sid], moe, upload_min, ubatch)
-                    for k in ("hits", "steps", "steps_hit", "admissions", "evictions", "reclaimed"):
-                        setattr(tot, k, getattr(tot, k) + getattr(s.counts, k))
-                    if progress:
-                        progress()
-                out.append({"decay": d, "margin": m, "admit": a, "slots": slots, "decode_cold_routes": cold,
-                            "hits": tot.hits, "hit_share": tot.hits / cold if cold else 0.0, "steps": tot.steps,
-                            "steps_hit_share": tot.steps_hit / tot.steps if tot.steps else 0.0,
-                            "admissions": tot.admissions, "evictions": tot.evictions, "reclaimed": tot.reclaimed})
-    return out
+    points = [BorrowParams(slots, d, m, a) for d in decays for m in margins for a in admits]
+    if jobs < 1:
+        raise ValueError(f"jobs: expected >= 1, got {jobs}")
+    if jobs == 1 or len(points) == 1:
+        return [_tune_point(sessions, routing, hot, layer_pool, p, upload_min, ubatch, progress) for p in points]
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    n = min(jobs, len(points))
+    rows: list[dict | None] = [None] * len(points)
+    with ProcessPoolExecutor(max_workers=n) as pool:
+        futures = {pool.submit(_tune_points, sessions, routing, hot, layer_pool, points[i::n], upload_min, ubatch): i
+                   for i in range(n)}
+        for f in as_completed(futures):
+            i = futures[f]
+            for j, row in zip(range(i, len(points), n), f.result()):
+                rows[j] = row
+            if progress:
+                progress(len(points[i::n]) * len(sessions))
+    return rows
 
 
 def read_tuned(path) -> dict:

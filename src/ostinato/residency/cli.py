@@ -231,6 +231,8 @@ def _cmd_borrow_tune(args: argparse.Namespace) -> int:
     decays, margins, admits = _borrow_grid(args)
     if not args.admission_cost >= 0.0:
         raise InputError(f"--admission-cost: expected a number of cold routes >= 0, got {args.admission_cost}")
+    if args.jobs < 1:
+        raise InputError(f"--jobs: expected a number of processes >= 1, got {args.jobs}")
     sessions = read_sessions(args.sessions)
     routing = {}
     for sid, reqs in sessions:
@@ -247,7 +249,7 @@ def _cmd_borrow_tune(args: argparse.Namespace) -> int:
     bar = tqdm(total=len(decays) * len(margins) * len(admits) * len(sessions), desc="borrow-tune",
                disable=args.no_progress)
     grid = tune(sessions, routing, plan.hot_mask(), plan_pools(plan.gpu_layers, plan.expert_bytes), slots, decays,
-                margins, admits, args.upload_min, args.ubatch, progress=lambda: bar.update())
+                margins, admits, args.upload_min, args.ubatch, progress=bar.update, jobs=args.jobs)
     bar.close()
     for r in grid:
         r["net_share"] = net_share(r, args.admission_cost)
@@ -327,6 +329,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "cold route's time; 0: the largest share of borrowed routes)")
     b.add_argument("--upload-min", type=int, default=512, help="Np: passes of this many tokens take back the slots")
     b.add_argument("--ubatch", type=int, default=512, help="the largest forward pass (llama-server -ub)")
+    b.add_argument("--jobs", type=int, default=1,
+                   help="processes the grid points run in (the rows are the same for every count; default: 1)")
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--out", required=True, help="JSON: the chosen parameters and the whole grid")
     b.set_defaults(func=_cmd_borrow_tune)
