@@ -13,6 +13,7 @@ import importlib.util
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -528,6 +529,62 @@ def test_changed_setup_is_refused_or_restarts_with_old_results_kept(fake_bin, fa
     aside = list(out.glob("stock.superseded-*"))
     assert len(aside) == 1 and len(list((aside[0] / "sessions").glob("*.jsonl"))) == 2
     assert json.loads((out / "stock" / "runs.json").read_text())[-1]["sessions_sha256"] == "b"
+
+
+def test_replay_rates_estimate_a_session_from_recorded_requests():
+    from ostinato.replay.deadline import SAFETY_FACTOR, SAFETY_S, ReplayRates, fits
+
+    rates = ReplayRates()
+    assert rates.session_s(make_sessions(1, 2)[0]) is None  # nothing recorded yet
+    # 100 new tokens in 0.5 s, 10 generated in 0.1 s, 0.2 s beyond the server's time
+    rates.add({"ok": True, "latency_s": 0.8, "server": {"prompt_ms": 500, "prompt_n": 100, "predicted_ms": 100,
+                                                         "predicted_n": 10}})
+    rates.add({"ok": False, "latency_s": 9.0, "server": {"prompt_ms": 1, "prompt_n": 1, "predicted_ms": 1,
+                                                          "predicted_n": 1}})  # a failed request counts for nothing
+    rates.add({"ok": True, "latency_s": 1.0})  # nor one without server timings
+    session = make_sessions(1, 2)[0]  # requests of 10 and 3 new tokens, 4 outputs each
+    assert rates.session_s(session) == pytest.approx((10 + 3) * 0.005 + 8 * 0.01 + 2 * 0.2)
+    assert fits(None, 1.0) and not fits(None, 0.0) and not fits(1.0, -5.0)
+    assert fits(10.0, 10.0 * SAFETY_FACTOR + SAFETY_S) and not fits(10.0, 10.0 * SAFETY_FACTOR + SAFETY_S - 0.1)
+
+
+def test_a_deadline_leaves_the_sessions_that_would_not_end_before_it(fake_bin, fake_model, tmp_path, capsys):
+    """With --deadline a session starts only if the engine's recorded requests say it ends in time: the others are
+    left for a later run (exit 3), which replays them."""
+    from ostinato.cli import main
+
+    sessions = make_sessions(3, 2)
+    out = tmp_path / "out"
+    with LlamaServer(fake_config(fake_bin, fake_model, tmp_path)) as server:
+        # nothing recorded yet: the first session starts while any time is left, then the rates rule
+        summary = run_replay(sessions, server, ReplayConfig("stock", out, progress=False, deadline=time.time() + 3600))
+        assert summary.done == ["test/s0", "test/s1", "test/s2"] and not summary.deferred
+        shutil.rmtree(out / "stock" / "sessions")
+        (out / "stock" / "sessions").mkdir()
+        run_replay(sessions[:1], server, ReplayConfig("stock", out, progress=False))
+        late = run_replay(sessions, server, ReplayConfig("stock", out, progress=False, deadline=time.time() + 1.0))
+    assert late.skipped == ["test/s0"] and late.deferred == ["test/s1", "test/s2"] and not late.done
+    runs = json.loads((out / "stock" / "runs.json").read_text())
+    assert runs[-1]["n_deferred"] == 2
+    # the CLI: the deadline from the environment, exit 3, and a run without one finishes them
+    sfile = tmp_path / "s.jsonl"
+    write_sessions_jsonl(sessions, sfile)
+    cli_out = tmp_path / "cli"
+    argv = ["replay", "run", "--engine-name", "stock", "--server-bin", str(fake_bin), "--model", str(fake_model),
+            "--sessions", str(sfile), "--out", str(cli_out), "--no-progress"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAKE_REQUEST_LOG", str(tmp_path / "requests.jsonl"))
+        mp.setenv("OSTINATO_REPLAY_DEADLINE", "soon")
+        assert main(argv) == 2
+        assert "$OSTINATO_REPLAY_DEADLINE: expected a Unix time in seconds, got 'soon'" in capsys.readouterr().err
+        # a second to go: at most the first session starts (nothing recorded to estimate it), the others wait
+        mp.setenv("OSTINATO_REPLAY_DEADLINE", str(time.time() + 1.0))
+        assert main(argv) == 3
+        assert "left for a later run (--deadline)" in capsys.readouterr().err
+        assert ResultStore(cli_out / "stock").status("test/s2") == "missing"
+        mp.delenv("OSTINATO_REPLAY_DEADLINE")
+        assert main(argv) == 0
+    assert ResultStore(cli_out / "stock").status("test/s2") == "ok"
 
 
 def test_a_replay_resumed_on_another_gpu_model_is_another_setup(fake_bin, fake_model, tmp_path):

@@ -4,6 +4,7 @@ compare the results, check two engines' replays for bitwise equal outputs and a 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -101,6 +102,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for the server to be healthy")
     r.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
     r.add_argument("--strict", action="store_true", help="exit 1 when a session failed (default: 0, failures recorded)")
+    r.add_argument("--deadline", type=float, default=None,
+                   help="Unix time by which the run must end (default: $OSTINATO_REPLAY_DEADLINE, else none): a "
+                        "session starts only if the engine's recorded requests say it ends before then; the run then "
+                        "exits 3, the sessions left for a later run")
     r.add_argument("--record-probs", type=int, default=0, metavar="N",
                    help="ask every request for its top N tokens' log-probabilities (n_probs) and keep them in the "
                         "records, for `replay bitwise` (a check, not a timed replay: the server then computes them)")
@@ -161,6 +166,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="each engine's preset now (the config's replay.engines): a replay that ran another preset "
                         "under the same engine name differs")
     e.set_defaults(func=same_engine_cmd)
+
+
+DEADLINE_ENV = "OSTINATO_REPLAY_DEADLINE"
+EXIT_DEFERRED = 3  # `replay run`: sessions left for a later run (--deadline)
+
+
+def _env_deadline() -> float | None:
+    """`--deadline`'s default: $OSTINATO_REPLAY_DEADLINE (a GPU machine's call sets it for the pipeline's replays)."""
+    raw = os.environ.get(DEADLINE_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise InputError(f"${DEADLINE_ENV}: expected a Unix time in seconds, got {raw!r}") from None
 
 
 def _engine_preset(args: argparse.Namespace) -> EngineConfig:
@@ -233,7 +253,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         on_setup_change=args.on_setup_change,
         routing_force_dir=args.routing_force_dir, routing_record_dir=args.routing_record_dir,
         request_timeout_s=args.request_timeout, max_retries=args.max_retries, warmup=not args.no_warmup,
-        progress=not args.no_progress,
+        progress=not args.no_progress, deadline=args.deadline if args.deadline is not None else _env_deadline(),
         api=args.api, model_name=args.model_name, routing_root=args.routing_root, record_probs=args.record_probs,
         borrow_counters=args.api == "llama" and "--residency-borrow" in (
             *engine.server_args, *args.server_arg, *shlex.split(args.server_args)),
@@ -271,13 +291,17 @@ def run_cmd(args: argparse.Namespace) -> int:
     print(
         f"[{args.engine_name}] replayed {len(summary.done)} ok, {len(summary.failed)} failed, "
         f"{len(summary.skipped)} already present, {summary.restarts} server restarts "
-        f"({len(summary.retried)} sessions replayed again) → {store.root}",
+        f"({len(summary.retried)} sessions replayed again)"
+        + (f", {len(summary.deferred)} left for a later run (--deadline)" if summary.deferred else "")
+        + f" → {store.root}",
         file=sys.stderr,
     )
     if bad:
         raise InputError(f"--sessions {args.sessions}: {len(bad)} bad session line(s) skipped, the others replayed; "
                          f"the first: {bad[0]}")
-    return 1 if summary.failed and args.strict else 0
+    if summary.failed and args.strict:
+        return 1
+    return EXIT_DEFERRED if summary.deferred else 0
 
 
 def summarize_cmd(args: argparse.Namespace) -> int:

@@ -23,9 +23,10 @@ from ostinato.atomic import sha256_file
 from ostinato.server.client import LLAMA_APIS, RequestInput, RequestOutput, erase_slot, send_completion
 from ostinato.errors import InputError
 from ostinato.inputs import load_json
+from ostinato.replay.deadline import ReplayRates, fits
 from ostinato.replay.load import LoadProbe, probe_for, usage_between
 from ostinato.replay.provenance import gpu_names
-from ostinato.replay.store import ResultStore, write_json_atomic
+from ostinato.replay.store import ResultStore, read_records, write_json_atomic
 from ostinato.routing.trace import trace_filename
 from ostinato.sessions.model import TokenizedSession
 
@@ -101,6 +102,9 @@ class ReplayConfig:
     # samples the machine's load around each request (ostinato.replay.load); None: `probe_for(server)` at the run's
     # start; tests inject one that returns given samples
     load_probe: LoadProbe | None = None
+    # a Unix time by which the run must end: a session starts only if the engine's recorded requests say it ends
+    # before then (ostinato.replay.deadline); the others are left for a later run (RunSummary.deferred)
+    deadline: float | None = None
 
 
 @dataclass
@@ -136,6 +140,7 @@ class RunSummary:
     failed: dict[str, str] = field(default_factory=dict)
     retried: dict[str, int] = field(default_factory=dict)
     restarts: int = 0
+    deferred: list[str] = field(default_factory=list)  # not started: they would not end before the deadline
 
 
 def _last_log_line(server: Server) -> str:
@@ -372,10 +377,21 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
         server.warmup(list(WARMUP_TOKEN_IDS))
     n_req = sum(len(s.requests) for s in todo)
     served = ServedSessions()
+    rates = _recorded_rates(store, summary.skipped) if cfg.deadline is not None else ReplayRates()
     with tqdm(total=n_req, unit="req", desc=cfg.engine, disable=not cfg.progress) as bar:
-        for s in todo:
+        for i, s in enumerate(todo):
+            if cfg.deadline is not None:
+                estimate, left = rates.session_s(s), cfg.deadline - time.time()
+                if not fits(estimate, left):
+                    summary.deferred = [x.session_id for x in todo[i:]]
+                    bar.write(f"[{cfg.engine}] {len(summary.deferred)} session(s) left for a later run: "
+                              f"{s.session_id} would take about {estimate or 0:.0f} s, {max(left, 0):.0f} s are left "
+                              "before the deadline")
+                    break
             bar.set_postfix_str(s.session_id[-40:])
             records, reason = _replay_with_retries(server, s, cfg, bar, summary, served)
+            for rec in records:
+                rates.add(rec)
             store.write_session(s.session_id, records)
             if reason:
                 summary.failed[s.session_id] = reason
@@ -384,9 +400,21 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
                 summary.done.append(s.session_id)
     info.update({"finished": dt.datetime.now(dt.timezone.utc).isoformat(), "n_done": len(summary.done),
                  "n_failed": len(summary.failed), "restarts": summary.restarts,
-                 "retried": dict(summary.retried)})
+                 "retried": dict(summary.retried), "n_deferred": len(summary.deferred)})
     write_json_atomic(store.root / "runs.json", history + [info])
     return summary
+
+
+def _recorded_rates(store: ResultStore, session_ids: list[str]) -> ReplayRates:
+    """The rates of the sessions this engine directory already holds (an unreadable file counts for nothing)."""
+    rates = ReplayRates()
+    for sid in session_ids:
+        try:
+            for rec in read_records(store.path_for(sid)):
+                rates.add(rec)
+        except (InputError, OSError):
+            continue
+    return rates
 
 
 def _replay_with_retries(server: Server, session: TokenizedSession, cfg: ReplayConfig, bar: tqdm,
