@@ -566,6 +566,22 @@ def test_a_deadline_leaves_the_sessions_that_would_not_end_before_it(fake_bin, f
     assert late.skipped == ["test/s0"] and late.deferred == ["test/s1", "test/s2"] and not late.done
     runs = json.loads((out / "stock" / "runs.json").read_text())
     assert runs[-1]["n_deferred"] == 2
+    # an engine that has recorded nothing takes the longest estimate of other engines' replays, and a session that
+    # would not end in time leaves the server unstarted
+    from ostinato.replay.deadline import sibling_rates
+
+    siblings = sibling_rates([out, tmp_path / "not-made-yet"])
+    assert len(siblings) == 1 and siblings[0].requests == 2
+    fresh = LlamaServer(fake_config(fake_bin, fake_model, tmp_path))
+    try:
+        waiting = run_replay(sessions, fresh, ReplayConfig("other", out, progress=False, deadline=time.time() + 1.0,
+                                                           deadline_siblings=siblings))
+        assert waiting.deferred == ["test/s0", "test/s1", "test/s2"] and fresh.n_starts == 0
+    finally:
+        fresh.close()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="--deadline-rates-from .*file: not a directory"):
+        sibling_rates([tmp_path / "file"])
     # the CLI: the deadline from the environment, exit 3, and a run without one finishes them
     sfile = tmp_path / "s.jsonl"
     write_sessions_jsonl(sessions, sfile)

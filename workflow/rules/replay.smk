@@ -38,6 +38,7 @@ rule replay:
         "(ostinato replay run --engine-name {wildcards.engine} {params.reach} --sessions {input.sessions} "
         "--out {params.partial} --machine-label {params.machine} {params.preset} {params.routing} {params.server} "
         "--no-progress --on-setup-change restart --max-retries {params.max_retries} "
+        "--deadline-rates-from results/replay/{wildcards.run}{wildcards.set} results/replay/{wildcards.set} "
         "&& mv {params.partial}/{wildcards.engine} {output.results} && rmdir --ignore-fail-on-non-empty {params.partial} "
         "&& ostinato replay summarize --in {output.results} --out {output.sessions} "
         "--requests-out {output.requests} --foreign-load-threshold {params.load_threshold}) > {log} 2>&1"

@@ -14,6 +14,7 @@ import pandas as pd
 from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
+from ostinato.replay.deadline import sibling_rates
 from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
 from ostinato.replay.provenance import (engine_build, parse_legacy_sources, parse_presets, same_engine, same_gpus,
                                         same_preset, same_sessions)
@@ -106,6 +107,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="Unix time by which the run must end (default: $OSTINATO_REPLAY_DEADLINE, else none): a "
                         "session starts only if the engine's recorded requests say it ends before then; the run then "
                         "exits 3, the sessions left for a later run")
+    r.add_argument("--deadline-rates-from", nargs="+", type=Path, default=[], metavar="DIR",
+                   help="with a deadline: other engines' replays of these sessions (OUT or OUT/<engine> directories; "
+                        "one not made yet counts for nothing) estimate a session while this engine has recorded none "
+                        "(the longest estimate counts)")
     r.add_argument("--record-probs", type=int, default=0, metavar="N",
                    help="ask every request for its top N tokens' log-probabilities (n_probs) and keep them in the "
                         "records, for `replay bitwise` (a check, not a timed replay: the server then computes them)")
@@ -245,6 +250,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         raise InputError(f"--sessions {args.sessions} holds no valid session"
                          + (f" ({len(bad)} bad lines, the first: {bad[0]})" if bad else ""))
     engine = _engine_preset(args)
+    deadline = args.deadline if args.deadline is not None else _env_deadline()
     machine = describe_machine(args.machine_label)
     store = ResultStore.for_engine(args.out, args.engine_name)
     write_json_atomic(store.root / "machine.json", machine.to_json())
@@ -253,7 +259,8 @@ def run_cmd(args: argparse.Namespace) -> int:
         on_setup_change=args.on_setup_change,
         routing_force_dir=args.routing_force_dir, routing_record_dir=args.routing_record_dir,
         request_timeout_s=args.request_timeout, max_retries=args.max_retries, warmup=not args.no_warmup,
-        progress=not args.no_progress, deadline=args.deadline if args.deadline is not None else _env_deadline(),
+        progress=not args.no_progress, deadline=deadline,
+        deadline_siblings=sibling_rates(args.deadline_rates_from) if deadline is not None else [],
         api=args.api, model_name=args.model_name, routing_root=args.routing_root, record_probs=args.record_probs,
         borrow_counters=args.api == "llama" and "--residency-borrow" in (
             *engine.server_args, *args.server_arg, *shlex.split(args.server_args)),

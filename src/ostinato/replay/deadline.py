@@ -6,7 +6,10 @@ cut short by a time limit (a GPU machine's call, a batch job) is time spent on n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from ostinato.errors import InputError
+from ostinato.replay.store import SESSIONS_DIR, read_records
 from ostinato.sessions.model import TokenizedSession
 
 # an estimate is raised by this factor, and this many seconds are kept in hand, before it is held against the deadline
@@ -58,3 +61,39 @@ def fits(estimate_s: float | None, left_s: float) -> bool:
     if left_s <= 0.0:
         return False
     return estimate_s is None or estimate_s * SAFETY_FACTOR + SAFETY_S <= left_s
+
+
+def rates_of(engine_dir: Path) -> ReplayRates:
+    """The rates of every request an engine directory holds (an unreadable session file counts for nothing)."""
+    rates = ReplayRates()
+    for f in sorted((Path(engine_dir) / SESSIONS_DIR).glob("*.jsonl")):
+        try:
+            for rec in read_records(f):
+                rates.add(rec)
+        except (InputError, OSError):
+            continue
+    return rates
+
+
+def sibling_rates(paths: list[Path]) -> list[ReplayRates]:
+    """The rates of the engine directories at or directly under `paths` (other engines' replays of the same sessions:
+    `replay run --deadline-rates-from`), for a session of an engine that has recorded nothing yet; a path not made
+    yet counts for nothing, one that is not a directory is an error naming it."""
+    out = []
+    for p in map(Path, paths):
+        if not p.exists():
+            continue
+        if not p.is_dir():
+            raise InputError(f"--deadline-rates-from {p}: not a directory (expected replay results)")
+        dirs = [p] if (p / SESSIONS_DIR).is_dir() else sorted(d.parent for d in p.glob(f"*/{SESSIONS_DIR}"))
+        out.extend(r for r in map(rates_of, dirs) if r.requests)
+    return out
+
+
+def estimate(session: TokenizedSession, own: ReplayRates, siblings: list[ReplayRates]) -> float | None:
+    """The session's expected seconds from the engine's own rates, else the longest the siblings' rates give."""
+    mine = own.session_s(session)
+    if mine is not None:
+        return mine
+    theirs = [e for e in (r.session_s(session) for r in siblings) if e is not None]
+    return max(theirs) if theirs else None

@@ -23,10 +23,10 @@ from ostinato.atomic import sha256_file
 from ostinato.server.client import LLAMA_APIS, RequestInput, RequestOutput, erase_slot, send_completion
 from ostinato.errors import InputError
 from ostinato.inputs import load_json
-from ostinato.replay.deadline import ReplayRates, fits
+from ostinato.replay.deadline import ReplayRates, estimate, fits, rates_of
 from ostinato.replay.load import LoadProbe, probe_for, usage_between
 from ostinato.replay.provenance import gpu_names
-from ostinato.replay.store import ResultStore, read_records, write_json_atomic
+from ostinato.replay.store import ResultStore, write_json_atomic
 from ostinato.routing.trace import trace_filename
 from ostinato.sessions.model import TokenizedSession
 
@@ -105,6 +105,8 @@ class ReplayConfig:
     # a Unix time by which the run must end: a session starts only if the engine's recorded requests say it ends
     # before then (ostinato.replay.deadline); the others are left for a later run (RunSummary.deferred)
     deadline: float | None = None
+    # other engines' rates, for a session of this engine before it has recorded any (the longest estimate counts)
+    deadline_siblings: list[ReplayRates] = field(default_factory=list)
 
 
 @dataclass
@@ -370,6 +372,14 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     write_json_atomic(store.root / "runs.json", history + [info])
     if not todo:
         return summary
+    rates = rates_of(store.root) if cfg.deadline is not None else ReplayRates()
+    if cfg.deadline is not None and not fits(estimate(todo[0], rates, cfg.deadline_siblings),
+                                             cfg.deadline - time.time()):
+        summary.deferred = [x.session_id for x in todo]  # not even the server is started
+        print(f"[{cfg.engine}] {len(todo)} session(s) left for a later run: {todo[0].session_id} would not end "
+              "before the deadline")
+        _finish_info(store, history, info, summary)
+        return summary
     server.start()  # no-op when already running
     if cfg.load_probe is None:
         cfg = dataclasses.replace(cfg, load_probe=probe_for(server))
@@ -377,15 +387,14 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
         server.warmup(list(WARMUP_TOKEN_IDS))
     n_req = sum(len(s.requests) for s in todo)
     served = ServedSessions()
-    rates = _recorded_rates(store, summary.skipped) if cfg.deadline is not None else ReplayRates()
     with tqdm(total=n_req, unit="req", desc=cfg.engine, disable=not cfg.progress) as bar:
         for i, s in enumerate(todo):
             if cfg.deadline is not None:
-                estimate, left = rates.session_s(s), cfg.deadline - time.time()
-                if not fits(estimate, left):
+                expected, left = estimate(s, rates, cfg.deadline_siblings), cfg.deadline - time.time()
+                if not fits(expected, left):
                     summary.deferred = [x.session_id for x in todo[i:]]
                     bar.write(f"[{cfg.engine}] {len(summary.deferred)} session(s) left for a later run: "
-                              f"{s.session_id} would take about {estimate or 0:.0f} s, {max(left, 0):.0f} s are left "
+                              f"{s.session_id} would take about {expected or 0:.0f} s, {max(left, 0):.0f} s are left "
                               "before the deadline")
                     break
             bar.set_postfix_str(s.session_id[-40:])
@@ -398,23 +407,16 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
                 bar.write(f"[{cfg.engine}] session {s.session_id} failed: {reason}")
             else:
                 summary.done.append(s.session_id)
+    _finish_info(store, history, info, summary)
+    return summary
+
+
+def _finish_info(store: ResultStore, history: list[dict], info: dict, summary: RunSummary) -> None:
+    """Write this run's entry of runs.json with what it did."""
     info.update({"finished": dt.datetime.now(dt.timezone.utc).isoformat(), "n_done": len(summary.done),
                  "n_failed": len(summary.failed), "restarts": summary.restarts,
                  "retried": dict(summary.retried), "n_deferred": len(summary.deferred)})
     write_json_atomic(store.root / "runs.json", history + [info])
-    return summary
-
-
-def _recorded_rates(store: ResultStore, session_ids: list[str]) -> ReplayRates:
-    """The rates of the sessions this engine directory already holds (an unreadable file counts for nothing)."""
-    rates = ReplayRates()
-    for sid in session_ids:
-        try:
-            for rec in read_records(store.path_for(sid)):
-                rates.add(rec)
-        except (InputError, OSError):
-            continue
-    return rates
 
 
 def _replay_with_retries(server: Server, session: TokenizedSession, cfg: ReplayConfig, bar: tqdm,
