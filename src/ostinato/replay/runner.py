@@ -373,11 +373,10 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     if not todo:
         return summary
     rates = rates_of(store.root) if cfg.deadline is not None else ReplayRates()
-    if cfg.deadline is not None and not fits(estimate(todo[0], rates, cfg.deadline_siblings),
-                                             cfg.deadline - time.time()):
-        summary.deferred = [x.session_id for x in todo]  # not even the server is started
-        print(f"[{cfg.engine}] {len(todo)} session(s) left for a later run: {todo[0].session_id} would not end "
-              "before the deadline")
+    late = _past_deadline(todo[0], rates, cfg)
+    if late:  # not even the server is started
+        summary.deferred = [x.session_id for x in todo]
+        print(f"[{cfg.engine}] {len(todo)} session(s) left for a later run: {late}")
         _finish_info(store, history, info, summary)
         return summary
     server.start()  # no-op when already running
@@ -389,14 +388,11 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
     served = ServedSessions()
     with tqdm(total=n_req, unit="req", desc=cfg.engine, disable=not cfg.progress) as bar:
         for i, s in enumerate(todo):
-            if cfg.deadline is not None:
-                expected, left = estimate(s, rates, cfg.deadline_siblings), cfg.deadline - time.time()
-                if not fits(expected, left):
-                    summary.deferred = [x.session_id for x in todo[i:]]
-                    bar.write(f"[{cfg.engine}] {len(summary.deferred)} session(s) left for a later run: "
-                              f"{s.session_id} would take about {expected or 0:.0f} s, {max(left, 0):.0f} s are left "
-                              "before the deadline")
-                    break
+            late = _past_deadline(s, rates, cfg)
+            if late:
+                summary.deferred = [x.session_id for x in todo[i:]]
+                bar.write(f"[{cfg.engine}] {len(summary.deferred)} session(s) left for a later run: {late}")
+                break
             bar.set_postfix_str(s.session_id[-40:])
             records, reason = _replay_with_retries(server, s, cfg, bar, summary, served)
             for rec in records:
@@ -409,6 +405,17 @@ def run_replay(sessions: list[TokenizedSession], server: Server, cfg: ReplayConf
                 summary.done.append(s.session_id)
     _finish_info(store, history, info, summary)
     return summary
+
+
+def _past_deadline(session: TokenizedSession, rates: ReplayRates, cfg: ReplayConfig) -> str:
+    """Why `session` would not end before `cfg.deadline` ("" when it would, or without a deadline)."""
+    if cfg.deadline is None:
+        return ""
+    expected, left = estimate(session, rates, cfg.deadline_siblings), cfg.deadline - time.time()
+    if fits(expected, left):
+        return ""
+    return (f"{session.session_id} would take about {expected or 0:.0f} s, {max(left, 0):.0f} s are left before the "
+            "deadline")
 
 
 def _finish_info(store: ResultStore, history: list[dict], info: dict, summary: RunSummary) -> None:
