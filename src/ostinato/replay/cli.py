@@ -178,7 +178,8 @@ EXIT_DEFERRED = 3  # `replay run`: sessions left for a later run (--deadline)
 
 
 def _env_deadline() -> float | None:
-    """`--deadline`'s default: $OSTINATO_REPLAY_DEADLINE (a GPU machine's call sets it for the pipeline's replays)."""
+    """`--deadline`'s default: $OSTINATO_REPLAY_DEADLINE (data/reference/h200/heldout/run.sh sets it to its call's
+    end for the pipeline's replays)."""
     raw = os.environ.get(DEADLINE_ENV, "").strip()
     if not raw:
         return None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ostinato.errors import InputError
+from ostinato.replay.results import find_engine_dirs
 from ostinato.replay.store import SESSIONS_DIR, read_records
 from ostinato.sessions.model import TokenizedSession
 
@@ -85,7 +86,10 @@ def sibling_rates(paths: list[Path]) -> list[ReplayRates]:
             continue
         if not p.is_dir():
             raise InputError(f"--deadline-rates-from {p}: not a directory (expected replay results)")
-        dirs = [p] if (p / SESSIONS_DIR).is_dir() else sorted(d.parent for d in p.glob(f"*/{SESSIONS_DIR}"))
+        try:
+            dirs = find_engine_dirs([p])
+        except FileNotFoundError:  # no engine has finished a session there yet
+            continue
         out.extend(r for r in map(rates_of, dirs) if r.requests)
     return out
 
