@@ -92,3 +92,32 @@ def test_every_gpu_snakemake_call_sets_the_machine_label(script):
     assert 'source "$(dirname "$0")/../machine.sh"' in text
     calls = text.count("python3 -m snakemake --cores all")
     assert calls and text.count('"machine=$(gpu_machine)"') == (1 if script == "heldout/run.sh" else calls)
+
+
+def _carried_resume(cwd: Path, gpu: str) -> str:
+    """carried_resume (data/reference/h200/machine.sh) in `cwd` on a machine whose GPU label is `gpu`."""
+    script = f"set -euo pipefail; source {H200 / 'machine.sh'}; gpu_machine() {{ echo {gpu}; }}; carried_resume"
+    out = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_the_resumed_tarball_is_the_one_of_the_gpu_that_runs(tmp_path):
+    """Both GPU models' tarballs are carried before a call knows which GPU it gets; each machine resumes its own."""
+    assert _carried_resume(tmp_path, "h100") == ""
+    resume = tmp_path / ".carry" / "resume"
+    resume.mkdir(parents=True)
+    (resume / "replay.tar.gz").write_bytes(b"unlabelled")
+    assert _carried_resume(tmp_path, "h100") == ".carry/resume/replay.tar.gz"
+    for gpu in ("h100", "h200"):
+        (resume / gpu).mkdir()
+        (resume / gpu / "replay.tar.gz").write_bytes(gpu.encode())
+    assert _carried_resume(tmp_path, "h100") == ".carry/resume/h100/replay.tar.gz"
+    assert _carried_resume(tmp_path, "h200") == ".carry/resume/h200/replay.tar.gz"
+    (resume / "h200" / "replay.tar.gz").unlink()
+    assert _carried_resume(tmp_path, "h200") == ".carry/resume/replay.tar.gz"
+
+
+def test_heldout_run_resumes_only_the_carried_tarball_of_its_gpu():
+    text = (H200 / "heldout" / "run.sh").read_text()
+    assert "RESUME=$(carried_resume)" in text
+    assert ".carry/resume/replay.tar.gz" not in re.sub(r"(?m)^\s*#.*$", "", text), "a path read past carried_resume"

@@ -10,6 +10,16 @@ gpu_machine() {
   python3 -c 'from ostinato.machine import describe_machine; print(describe_machine().label)'
 }
 
+# the replay tarball carried for this machine's GPU model: .carry/resume/<label>/replay.tar.gz, else
+# .carry/resume/replay.tar.gz, else nothing. A call learns its GPU only when it runs, so a tarball per GPU model can be
+# carried at once; one of another GPU model's replays is never used, since replays compare only within one GPU model
+carried_resume() {
+  local f
+  for f in ".carry/resume/$(gpu_machine)/replay.tar.gz" .carry/resume/replay.tar.gz; do
+    if [ -f "$f" ]; then echo "$f"; return 0; fi
+  done
+}
+
 # what this machine is, written to $1 (the commit the working tree came from, then nvidia-smi, nvcc, lscpu, free):
 # each call that measures writes its own, since a call may find a fresh machine of the kind, not the build's
 machine_info() {

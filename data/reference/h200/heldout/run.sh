@@ -20,7 +20,11 @@
 #   .carry/sessions/                the session sets of config/h200.yaml, built on a CPU machine with the trace mirror
 #                                   (results/sessions/ of `snakemake --configfile config/h200.yaml --until
 #                                   build_sessions`); required, and copied over any set built here (../sessions.sh)
-#   .carry/resume/replay.tar.gz     optional: a previous session's replay.tar.gz. Its finished timed replays (not the
+#   .carry/resume/<gpu>/replay.tar.gz
+#                                   optional: a previous session's replay.tar.gz, one per GPU model (<gpu>: the machine
+#                                   label, h200 or h100, `gpu_machine` in ../machine.sh), so that both can be carried
+#                                   before the device tool says which GPU a call gets; the one of this machine's GPU
+#                                   is used (else .carry/resume/replay.tar.gz). Its finished timed replays (not the
 #                                   bitwise check's, which this machine replays whole) are kept when
 #                                   this machine's plans are the ones they ran with and its engine build the one they
 #                                   ran with the preset config/h200.yaml gives its engine now (`ostinato replay
@@ -95,11 +99,14 @@ CALL=${CALL:-555}        # seconds this call may take in all (the device tool st
                          # or again, so the longest one (a held-out SWE session: 96 requests, 23,611 output tokens,
                          # about 400 s at 12 ms per token) must fit in one call with the server's start
 
-# the plans of the carried replays (none without .carry/resume/replay.tar.gz), and the one of config/h200.yaml's replays
+# the carried tarball of this machine's GPU model, if any (../machine.sh)
+RESUME=$(carried_resume)
+if [ -n "$RESUME" ]; then echo "resume: $RESUME"; else echo "resume: no tarball carried for this GPU ($(gpu_machine))"; fi
+# the plans of the carried replays (none without $RESUME), and the one of config/h200.yaml's replays
 carried_plans() {
   local listed=""
-  if [ -f .carry/resume/replay.tar.gz ]; then
-    listed=$(tar -tzf .carry/resume/replay.tar.gz | grep '^results/residency/replay/.*\.plan\.json$' || true)
+  if [ -n "$RESUME" ]; then
+    listed=$(tar -tzf "$RESUME" | grep '^results/residency/replay/.*\.plan\.json$' || true)
   fi
   printf '%s\n' results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json $listed | sort -u
 }
@@ -111,7 +118,7 @@ plans() {
 
 replay() {
   carried_sessions
-  if [ -f .carry/resume/replay.tar.gz ] && [ ! -e results/.resumed ]; then
+  if [ -n "$RESUME" ] && [ ! -e results/.resumed ]; then
     # the model, the development routing and every plan the carried replays ran with are made here first (`plans`);
     # the carried replays count only when this machine's plans are theirs
     left=$(( CALL - ($(date +%s) - start) ))
@@ -119,7 +126,7 @@ replay() {
     for p in $(carried_plans); do
       [ -f "$p" ] || { echo "resume: $p is not made yet (snakemake rc=$rc), call again"; return 0; }
     done
-    rm -rf /tmp/resume && mkdir -p /tmp/resume && tar -xzf .carry/resume/replay.tar.gz -C /tmp/resume
+    rm -rf /tmp/resume && mkdir -p /tmp/resume && tar -xzf "$RESUME" -C /tmp/resume
     same=1
     for p in $(carried_plans); do
       cmp -s "/tmp/resume/$p" "$p" || { same=0; echo "resume: $p differs from the carried one"; }
