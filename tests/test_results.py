@@ -403,6 +403,33 @@ def test_heldout_runs_are_a_series_of_their_own():
                                     "llama.cpp-expert-cache (policy, implemented here)"}
 
 
+def test_heldout_runs_of_another_gpu_are_a_series_labelled_with_it(tmp_path):
+    """A shipped run of whole held-out sessions on an H100 is labelled h100 (as its sessions.csv records), never pooled
+    with the H200's runs of the same engines nor labelled with `reference_machine`."""
+    from ostinato.figures.runs import load_series
+
+    h200 = REPO / "data" / "reference" / "h200" / "heldout"
+    h100 = tmp_path / "h100" / "run1"
+    h100.mkdir(parents=True)
+    for f in ("sessions.csv", "requests.csv"):
+        df = pd.read_csv(h200 / "run1" / f)
+        if "machine" in df:
+            df["machine"] = "h100"
+        df.to_csv(h100 / f, index=False)
+    runs = load_series([], [], "", [], [], "p", [], "h200", [str(h200 / "run1"), str(h100)])
+    n = len(pd.read_csv(h200 / "run1" / "sessions.csv"))
+    counts = runs.sessions["series"].value_counts().to_dict()
+    assert counts == {"measured (h200, reference, whole sessions)": n, "measured (h100, reference, whole sessions)": n}
+    # a directory mixing two machines' replays is refused, naming its file
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    a, b = pd.read_csv(h200 / "run1" / "sessions.csv"), pd.read_csv(h100 / "sessions.csv")
+    pd.concat([a, b]).to_csv(mixed / "sessions.csv", index=False)
+    (mixed / "requests.csv").write_text((h100 / "requests.csv").read_text())
+    with pytest.raises(ValueError, match=r"mixed/sessions.csv: sessions of several machines \(h100, h200\)"):
+        load_series([], [], "", [], [], "p", [], "h200", [str(mixed)])
+
+
 @pytest.mark.slow  # papermill starts a kernel
 def test_result_notebooks_render_under_papermill(tmp_path):
     """Every result notebook renders from a replay, a simulated run and the shipped H200 reference replays."""

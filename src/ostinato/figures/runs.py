@@ -214,7 +214,9 @@ def load_series(measured_sessions: list[str] | str, measured_requests: list[str]
     under `data/reference/<machine>/compare/`); they form the series `measured (<reference_machine>, reference)`.
     `heldout_runs` are such runs of whole held-out sessions on the calibrated-router model
     (`data/reference/<machine>/heldout/`), another model and other sessions than the reference runs': they form a
-    series of their own, `measured (<reference_machine>, reference, whole sessions)`. Runs of another set of engines
+    series of their own, `measured (<machine>, reference, whole sessions)`, where <machine> is the one their
+    sessions.csv records (`reference_machine` where it records none), so that runs of two GPU models never pool
+    and none is labelled with the other's. Runs of another set of engines
     (e.g. one that compares Ostinato with buun only) form one more series each, named by their directories
     (`..., whole sessions: <dir>`), since a series compares only the sessions that all its engines completed; runs
     whose directory names a series in `series.txt` (another engine build of the same engines) form one named by it.
@@ -223,9 +225,12 @@ def load_series(measured_sessions: list[str] | str, measured_requests: list[str]
     simulated = load_simulated(sim_sessions, sim_requests, profile) if _as_list(sim_sessions) else empty_runs()
     label = f"{reference_machine or 'reference'}, reference"
     reference = _shipped_runs(reference_runs, label)
-    heldout = [_shipped_runs(dirs, f"{label}, whole sessions" + (f": {name}" if name else
-                                                                 f": {', '.join(Path(d).name for d in dirs)}" if i else ""))
-               for i, (name, dirs) in enumerate(_by_engine_set(_as_list(heldout_runs)))]
+    heldout, firsts = [], set()
+    for name, machine, dirs in _by_engine_set(_as_list(heldout_runs)):
+        first = machine not in firsts  # a machine's first group of runs is its plain whole-sessions series
+        firsts.add(machine)
+        suffix = f": {name}" if name else "" if first else f": {', '.join(Path(d).name for d in dirs)}"
+        heldout.append(_shipped_runs(dirs, f"{machine or reference_machine or 'reference'}, reference, whole sessions{suffix}"))
     return combine(measured, *heldout, reference, simulated)
 
 
@@ -234,15 +239,21 @@ def load_series(measured_sessions: list[str] | str, measured_requests: list[str]
 SERIES_FILE = "series.txt"
 
 
-def _by_engine_set(dirs: list[Path]) -> list[tuple[str, list[Path]]]:
-    """Shipped run directories grouped by the engines their sessions.csv lists and their series name (`series.txt`,
-    "" without), the first directory's group first: (series name, directories) per group."""
-    groups: dict[tuple[frozenset, str], list[Path]] = {}
+def _by_engine_set(dirs: list[Path]) -> list[tuple[str, str, list[Path]]]:
+    """Shipped run directories grouped by the engines their sessions.csv lists, the machine it records ("" without a
+    `machine` column) and their series name (`series.txt`, "" without), the first directory's group first:
+    (series name, machine, directories) per group."""
+    groups: dict[tuple[frozenset, str, str], list[Path]] = {}
     for d in dirs:
-        engines = _read([d / "sessions.csv"], "measured sessions", {"engine"})["engine"].astype(str)
+        ses = _read([d / "sessions.csv"], "measured sessions", {"engine"})
+        machines = sorted(set(ses["machine"].dropna().astype(str))) if "machine" in ses else []
+        if len(machines) > 1:
+            raise ValueError(f"{d / 'sessions.csv'}: sessions of several machines ({', '.join(machines)}); a shipped "
+                             "run directory holds one machine's replays")
         name = (d / SERIES_FILE).read_text().strip() if (d / SERIES_FILE).is_file() else ""
-        groups.setdefault((frozenset(engines), name), []).append(d)
-    return [(name, group) for (_, name), group in groups.items()]
+        machine = machines[0] if machines else ""
+        groups.setdefault((frozenset(ses["engine"].astype(str)), machine, name), []).append(d)
+    return [(name, machine, group) for (_, machine, name), group in groups.items()]
 
 
 def _shipped_runs(runs: list[str] | str, machine: str) -> Runs:
