@@ -39,6 +39,7 @@ TEMPLATES: dict[str, str] = {
     "data/reference/h200/graph/README.md.j2": "data/reference/h200/graph/README.md",
     "data/reference/h100/graph/README.md.j2": "data/reference/h100/graph/README.md",
     "data/reference/h100/bitwise/README.md.j2": "data/reference/h100/bitwise/README.md",
+    "data/reference/h100/heldout/README.md.j2": "data/reference/h100/heldout/README.md",
     "data/reference/cpu-2c/README.md.j2": "data/reference/cpu-2c/README.md",
 }
 MINUS = "\u2212"  # the documents' typographic minus
