@@ -545,6 +545,17 @@ def test_replay_rates_estimate_a_session_from_recorded_requests():
     session = make_sessions(1, 2)[0]  # requests of 10 and 3 new tokens, 4 outputs each
     assert rates.session_s(session) == pytest.approx((10 + 3) * 0.005 + 8 * 0.01 + 2 * 0.2)
     assert fits(None, 1.0) and not fits(None, 0.0) and not fits(1.0, -5.0)
+    # an engine with nothing recorded: the longest of the siblings' estimates, else of other session sets' replays
+    from ostinato.replay.deadline import estimate
+
+    slow = ReplayRates()
+    slow.add({"ok": True, "latency_s": 2.0, "server": {"prompt_ms": 1000, "prompt_n": 100, "predicted_ms": 1000,
+                                                        "predicted_n": 10}})
+    none = ReplayRates()
+    assert estimate(session, none, [], []) is None
+    assert estimate(session, none, [], [rates, slow]) == pytest.approx(slow.session_s(session))
+    assert estimate(session, none, [rates], [slow]) == pytest.approx(rates.session_s(session))  # same sessions first
+    assert estimate(session, slow, [rates], [rates]) == pytest.approx(slow.session_s(session))  # its own first
     assert fits(10.0, 10.0 * SAFETY_FACTOR + SAFETY_S) and not fits(10.0, 10.0 * SAFETY_FACTOR + SAFETY_S - 0.1)
 
 
@@ -582,6 +593,17 @@ def test_a_deadline_leaves_the_sessions_that_would_not_end_before_it(fake_bin, f
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="--deadline-rates-from .*file: not a directory"):
         sibling_rates([tmp_path / "file"])
+    # before any engine has replayed these sessions, other session sets' replays estimate them (here: the same
+    # directory standing for another set), and the run waits as with siblings
+    fresh = LlamaServer(fake_config(fake_bin, fake_model, tmp_path))
+    try:
+        waiting = run_replay(sessions, fresh, ReplayConfig("other", out, progress=False, deadline=time.time() + 1.0,
+                                                           deadline_elsewhere=sibling_rates([out])))
+        assert waiting.deferred == ["test/s0", "test/s1", "test/s2"] and fresh.n_starts == 0
+    finally:
+        fresh.close()
+    with pytest.raises(ValueError, match="--deadline-rates-elsewhere .*file: not a directory"):
+        sibling_rates([tmp_path / "file"], "--deadline-rates-elsewhere")
     # the CLI: the deadline from the environment, exit 3, and a run without one finishes them
     sfile = tmp_path / "s.jsonl"
     write_sessions_jsonl(sessions, sfile)
@@ -593,6 +615,9 @@ def test_a_deadline_leaves_the_sessions_that_would_not_end_before_it(fake_bin, f
         mp.setenv("OSTINATO_REPLAY_DEADLINE", "soon")
         assert main(argv) == 2
         assert "$OSTINATO_REPLAY_DEADLINE: expected a Unix time in seconds, got 'soon'" in capsys.readouterr().err
+        mp.setenv("OSTINATO_REPLAY_DEADLINE", str(time.time() + 3600))
+        assert main(argv + ["--deadline-rates-elsewhere", str(tmp_path / "file")]) == 2
+        assert f"--deadline-rates-elsewhere {tmp_path / 'file'}: not a directory" in capsys.readouterr().err
         # a second to go: at most the first session starts (nothing recorded to estimate it), the others wait
         mp.setenv("OSTINATO_REPLAY_DEADLINE", str(time.time() + 1.0))
         assert main(argv) == 3

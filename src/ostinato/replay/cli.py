@@ -111,6 +111,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with a deadline: other engines' replays of these sessions (OUT or OUT/<engine> directories; "
                         "one not made yet counts for nothing) estimate a session while this engine has recorded none "
                         "(the longest estimate counts)")
+    r.add_argument("--deadline-rates-elsewhere", nargs="+", type=Path, default=[], metavar="DIR",
+                   help="with a deadline: replays of other session sets (OUT or OUT/<engine> directories, any engine; "
+                        "one not made yet counts for nothing) estimate a session that neither this engine nor "
+                        "--deadline-rates-from can (the longest estimate counts)")
     r.add_argument("--record-probs", type=int, default=0, metavar="N",
                    help="ask every request for its top N tokens' log-probabilities (n_probs) and keep them in the "
                         "records, for `replay bitwise` (a check, not a timed replay: the server then computes them)")
@@ -262,6 +266,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout, max_retries=args.max_retries, warmup=not args.no_warmup,
         progress=not args.no_progress, deadline=deadline,
         deadline_siblings=sibling_rates(args.deadline_rates_from) if deadline is not None else [],
+        deadline_elsewhere=sibling_rates(args.deadline_rates_elsewhere, "--deadline-rates-elsewhere") if deadline is not None else [],
         api=args.api, model_name=args.model_name, routing_root=args.routing_root, record_probs=args.record_probs,
         borrow_counters=args.api == "llama" and "--residency-borrow" in (
             *engine.server_args, *args.server_arg, *shlex.split(args.server_args)),

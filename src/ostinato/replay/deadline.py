@@ -76,16 +76,17 @@ def rates_of(engine_dir: Path) -> ReplayRates:
     return rates
 
 
-def sibling_rates(paths: list[Path]) -> list[ReplayRates]:
+def sibling_rates(paths: list[Path], flag: str = "--deadline-rates-from") -> list[ReplayRates]:
     """The rates of the engine directories at or directly under `paths` (other engines' replays of the same sessions:
-    `replay run --deadline-rates-from`), for a session of an engine that has recorded nothing yet; a path not made
-    yet counts for nothing, one that is not a directory is an error naming it."""
+    `replay run --deadline-rates-from`; of other session sets: `--deadline-rates-elsewhere`), for a session of an
+    engine that has recorded nothing yet; a path not made yet counts for nothing, one that is not a directory is an
+    error naming it and its `flag`."""
     out = []
     for p in map(Path, paths):
         if not p.exists():
             continue
         if not p.is_dir():
-            raise InputError(f"--deadline-rates-from {p}: not a directory (expected replay results)")
+            raise InputError(f"{flag} {p}: not a directory (expected replay results)")
         try:
             dirs = find_engine_dirs([p])
         except FileNotFoundError:  # no engine has finished a session there yet
@@ -94,10 +95,16 @@ def sibling_rates(paths: list[Path]) -> list[ReplayRates]:
     return out
 
 
-def estimate(session: TokenizedSession, own: ReplayRates, siblings: list[ReplayRates]) -> float | None:
-    """The session's expected seconds from the engine's own rates, else the longest the siblings' rates give."""
+def estimate(session: TokenizedSession, own: ReplayRates, siblings: list[ReplayRates],
+             elsewhere: list[ReplayRates] = ()) -> float | None:
+    """The session's expected seconds from the engine's own rates, else the longest the siblings' rates give, else the
+    longest the rates of replays of other session sets give (any engine's: the first set replayed on a machine gives
+    rates to the next, whose first engine would otherwise start a session with no estimate at all)."""
     mine = own.session_s(session)
     if mine is not None:
         return mine
-    theirs = [e for e in (r.session_s(session) for r in siblings) if e is not None]
-    return max(theirs) if theirs else None
+    for group in (siblings, elsewhere):
+        theirs = [e for e in (r.session_s(session) for r in group) if e is not None]
+        if theirs:
+            return max(theirs)
+    return None

@@ -107,6 +107,8 @@ class ReplayConfig:
     deadline: float | None = None
     # other engines' rates, for a session of this engine before it has recorded any (the longest estimate counts)
     deadline_siblings: list[ReplayRates] = field(default_factory=list)
+    # replays of other session sets, for a session that neither this engine nor its siblings can estimate yet
+    deadline_elsewhere: list[ReplayRates] = field(default_factory=list)
 
 
 @dataclass
@@ -411,7 +413,7 @@ def _past_deadline(session: TokenizedSession, rates: ReplayRates, cfg: ReplayCon
     """Why `session` would not end before `cfg.deadline` ("" when it would, or without a deadline)."""
     if cfg.deadline is None:
         return ""
-    expected, left = estimate(session, rates, cfg.deadline_siblings), cfg.deadline - time.time()
+    expected, left = estimate(session, rates, cfg.deadline_siblings, cfg.deadline_elsewhere), cfg.deadline - time.time()
     if fits(expected, left):
         return ""
     return (f"{session.session_id} would take about {expected or 0:.0f} s, {max(left, 0):.0f} s are left before the "

@@ -104,6 +104,13 @@ def replay_after(wildcards):
     return [] if i == 0 else "results/replay/{}{}/{}.sessions.csv".format(*order[i - 1])
 
 
+def other_sets_dirs(wildcards):
+    """`replay run --deadline-rates-elsewhere`: this run's and run 1's directories of the other session sets, whose
+    replays estimate a session before any engine has replayed one of this set (unique, in order)."""
+    dirs = [f"results/replay/{r}{s}" for s in REPLAY["sets"] if s != wildcards.set for r in (wildcards.run, "")]
+    return " ".join(dict.fromkeys(dirs))
+
+
 def run_pattern():
     """Wildcard constraint of the run prefix: "" or one of the repeated runs' "run<r>/"."""
     return "(" + "|".join(re.escape(r) for r in replay_runs() if r) + ")?"
