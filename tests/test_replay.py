@@ -579,10 +579,11 @@ def test_a_deadline_leaves_the_sessions_that_would_not_end_before_it(fake_bin, f
     assert runs[-1]["n_deferred"] == 2
     # an engine that has recorded nothing takes the longest estimate of other engines' replays, and a session that
     # would not end in time leaves the server unstarted
-    from ostinato.replay.deadline import sibling_rates
+    from ostinato.replay.deadline import rates_under
 
-    siblings = sibling_rates([out, tmp_path / "not-made-yet"])
+    siblings = rates_under([out, tmp_path / "not-made-yet"])
     assert len(siblings) == 1 and siblings[0].requests == 2
+    assert len(rates_under([out, out])) == 1  # a directory named twice (run 1's own run prefix) is read once
     fresh = LlamaServer(fake_config(fake_bin, fake_model, tmp_path))
     try:
         waiting = run_replay(sessions, fresh, ReplayConfig("other", out, progress=False, deadline=time.time() + 1.0,
@@ -592,18 +593,18 @@ def test_a_deadline_leaves_the_sessions_that_would_not_end_before_it(fake_bin, f
         fresh.close()
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="--deadline-rates-from .*file: not a directory"):
-        sibling_rates([tmp_path / "file"])
+        rates_under([tmp_path / "file"])
     # before any engine has replayed these sessions, other session sets' replays estimate them (here: the same
     # directory standing for another set), and the run waits as with siblings
     fresh = LlamaServer(fake_config(fake_bin, fake_model, tmp_path))
     try:
         waiting = run_replay(sessions, fresh, ReplayConfig("other", out, progress=False, deadline=time.time() + 1.0,
-                                                           deadline_elsewhere=sibling_rates([out])))
+                                                           deadline_elsewhere=rates_under([out])))
         assert waiting.deferred == ["test/s0", "test/s1", "test/s2"] and fresh.n_starts == 0
     finally:
         fresh.close()
     with pytest.raises(ValueError, match="--deadline-rates-elsewhere .*file: not a directory"):
-        sibling_rates([tmp_path / "file"], "--deadline-rates-elsewhere")
+        rates_under([tmp_path / "file"], "--deadline-rates-elsewhere")
     # the CLI: the deadline from the environment, exit 3, and a run without one finishes them
     sfile = tmp_path / "s.jsonl"
     write_sessions_jsonl(sessions, sfile)

@@ -34,12 +34,12 @@ rule replay:
         reach=lambda w, input: replay_reach(w.engine, input),
         max_retries=REPLAY["max_retries"],
         load_threshold=REPLAY["foreign_load_threshold"],
-        elsewhere=lambda w: f"--deadline-rates-elsewhere {d}" if (d := other_sets_dirs(w)) else "",
+        rates=deadline_rates_opts,
     shell:
         "(ostinato replay run --engine-name {wildcards.engine} {params.reach} --sessions {input.sessions} "
         "--out {params.partial} --machine-label {params.machine} {params.preset} {params.routing} {params.server} "
         "--no-progress --on-setup-change restart --max-retries {params.max_retries} "
-        "--deadline-rates-from results/replay/{wildcards.run}{wildcards.set} results/replay/{wildcards.set} {params.elsewhere} "
+        "{params.rates} "
         "&& mv {params.partial}/{wildcards.engine} {output.results} && rmdir --ignore-fail-on-non-empty {params.partial} "
         "&& ostinato replay summarize --in {output.results} --out {output.sessions} "
         "--requests-out {output.requests} --foreign-load-threshold {params.load_threshold}) > {log} 2>&1"

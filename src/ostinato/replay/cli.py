@@ -14,7 +14,7 @@ import pandas as pd
 from ostinato.errors import InputError
 from ostinato.presets import PRESETS, UPLOAD_MIN, EngineConfig, preset
 from ostinato.machine import describe_machine
-from ostinato.replay.deadline import sibling_rates
+from ostinato.replay.deadline import rates_under
 from ostinato.replay.load import FOREIGN_LOAD_THRESHOLD
 from ostinato.replay.provenance import (engine_build, parse_legacy_sources, parse_presets, same_engine, same_gpus,
                                         same_preset, same_sessions)
@@ -265,8 +265,8 @@ def run_cmd(args: argparse.Namespace) -> int:
         routing_force_dir=args.routing_force_dir, routing_record_dir=args.routing_record_dir,
         request_timeout_s=args.request_timeout, max_retries=args.max_retries, warmup=not args.no_warmup,
         progress=not args.no_progress, deadline=deadline,
-        deadline_siblings=sibling_rates(args.deadline_rates_from) if deadline is not None else [],
-        deadline_elsewhere=sibling_rates(args.deadline_rates_elsewhere, "--deadline-rates-elsewhere") if deadline is not None else [],
+        deadline_siblings=rates_under(args.deadline_rates_from) if deadline is not None else [],
+        deadline_elsewhere=rates_under(args.deadline_rates_elsewhere, "--deadline-rates-elsewhere") if deadline is not None else [],
         api=args.api, model_name=args.model_name, routing_root=args.routing_root, record_probs=args.record_probs,
         borrow_counters=args.api == "llama" and "--residency-borrow" in (
             *engine.server_args, *args.server_arg, *shlex.split(args.server_args)),

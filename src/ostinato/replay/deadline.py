@@ -76,13 +76,13 @@ def rates_of(engine_dir: Path) -> ReplayRates:
     return rates
 
 
-def sibling_rates(paths: list[Path], flag: str = "--deadline-rates-from") -> list[ReplayRates]:
+def rates_under(paths: list[Path], flag: str = "--deadline-rates-from") -> list[ReplayRates]:
     """The rates of the engine directories at or directly under `paths` (other engines' replays of the same sessions:
     `replay run --deadline-rates-from`; of other session sets: `--deadline-rates-elsewhere`), for a session of an
-    engine that has recorded nothing yet; a path not made yet counts for nothing, one that is not a directory is an
-    error naming it and its `flag`."""
+    engine that has recorded nothing yet; a path given twice is read once, one not made yet counts for nothing, one
+    that is not a directory is an error naming it and its `flag`."""
     out = []
-    for p in map(Path, paths):
+    for p in dict.fromkeys(map(Path, paths)):
         if not p.exists():
             continue
         if not p.is_dir():

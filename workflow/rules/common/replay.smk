@@ -104,11 +104,15 @@ def replay_after(wildcards):
     return [] if i == 0 else "results/replay/{}{}/{}.sessions.csv".format(*order[i - 1])
 
 
-def other_sets_dirs(wildcards):
-    """`replay run --deadline-rates-elsewhere`: this run's and run 1's directories of the other session sets, whose
-    replays estimate a session before any engine has replayed one of this set (unique, in order)."""
-    dirs = [f"results/replay/{r}{s}" for s in REPLAY["sets"] if s != wildcards.set for r in (wildcards.run, "")]
-    return " ".join(dict.fromkeys(dirs))
+def deadline_rates_opts(wildcards):
+    """`replay run`'s sources of rates for its deadline: this run's and run 1's directories of the set
+    (`--deadline-rates-from`: other engines' replays of these sessions) and of the config's other sets
+    (`--deadline-rates-elsewhere`, before any engine has replayed a session of this set), each directory once."""
+    def dirs(sets):
+        return " ".join(dict.fromkeys(f"results/replay/{r}{s}" for s in sets for r in (wildcards.run, "")))
+
+    others = dirs(s for s in REPLAY["sets"] if s != wildcards.set)
+    return f"--deadline-rates-from {dirs([wildcards.set])}" + (f" --deadline-rates-elsewhere {others}" if others else "")
 
 
 def run_pattern():
