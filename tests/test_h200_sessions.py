@@ -121,3 +121,34 @@ def test_heldout_run_resumes_only_the_carried_tarball_of_its_gpu():
     text = (H200 / "heldout" / "run.sh").read_text()
     assert "RESUME=$(carried_resume)" in text
     assert ".carry/resume/replay.tar.gz" not in re.sub(r"(?m)^\s*#.*$", "", text), "a path read past carried_resume"
+
+
+def _carried_inputs(cwd: Path, tarball: str, *given: str) -> list[str]:
+    script = f"set -euo pipefail; source {H200 / 'machine.sh'}; carried_inputs {tarball!r} {' '.join(given)}"
+    out = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_the_carried_replays_inputs_include_their_borrow_parameters(tmp_path):
+    """The held-out resumption remakes, before it marks the carried replays up to date, every plan and every set of
+    borrow parameters they ran with: a borrow.json made after the mark had a finished replay replayed again."""
+    import tarfile
+
+    replay = tmp_path / "results" / "residency" / "replay"
+    replay.mkdir(parents=True)
+    names = ["m.frequency.plan.json", "m.uniform.plan.json", "m.borrow.json", "m.borrow.log", "m.plan.md"]
+    for n in names:
+        (replay / n).write_text("{}")
+    with tarfile.open(tmp_path / "replay.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "results", arcname="results")
+    own = "results/residency/replay/m.frequency.plan.json"
+    assert _carried_inputs(tmp_path, "replay.tar.gz", own) == [
+        "results/residency/replay/m.borrow.json", own, "results/residency/replay/m.uniform.plan.json"]
+    assert _carried_inputs(tmp_path, "", own) == [own]  # nothing carried: the config's plan alone
+
+
+def test_heldout_run_makes_the_borrow_parameters_before_it_keeps_replays():
+    text = (H200 / "heldout" / "run.sh").read_text()
+    assert re.search(r"carried_plans\(\) \{\n  carried_inputs \"\$RESUME\" ", text)
+    plans, touch = text.index('rc=0; plans "$left"'), text.index("--touch $done_csv")
+    assert plans < touch

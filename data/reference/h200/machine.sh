@@ -25,3 +25,17 @@ carried_resume() {
 machine_info() {
   { git rev-parse HEAD 2>/dev/null || true; nvidia-smi; nvcc --version; lscpu; free -g; } > "$1" 2>&1 || true
 }
+
+# the replay inputs that a carried tarball ($1; none: "") ran with and that this machine makes again before it keeps its
+# replays (heldout/run.sh's resumption): every plan and every set of borrowed-memory parameters (`tune_borrow`) the
+# tarball holds under results/residency/replay/, with the paths given after it (the config's own plan), one per line.
+# Each must come out the same here, and each must be made before the carried replays are marked up to date: one made
+# after them is newer than their outputs, and snakemake replays them again (on 2026-12-06 `tune_borrow`'s parameters,
+# made after the mark, had `ostinato`'s finished τ² replay replayed again, 210 s of device time)
+carried_inputs() {
+  local listed=""
+  if [ -n "$1" ]; then
+    listed=$(tar -tzf "$1" | grep -E '^results/residency/replay/[^/]+\.(plan|borrow)\.json$' || true)
+  fi
+  printf '%s\n' "${@:2}" $listed | sort -u
+}

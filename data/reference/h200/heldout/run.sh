@@ -26,7 +26,8 @@
 #                                   before the device tool says which GPU a call gets; the one of this machine's GPU
 #                                   is used (else .carry/resume/replay.tar.gz). Its finished timed replays (not the
 #                                   bitwise check's, which this machine replays whole) are kept when
-#                                   this machine's plans are the ones they ran with and its engine build the one they
+#                                   this machine's plans and borrow parameters (`carried_inputs`) are the ones they ran
+#                                   with and its engine build the one they
 #                                   ran with the preset config/h200.yaml gives its engine now (`ostinato replay
 #                                   same-engine`; then marked up to date with `snakemake
 #                                   --touch`); its unfinished ones resume from their .partial directories (`replay run`
@@ -102,15 +103,12 @@ CALL=${CALL:-555}        # seconds this call may take in all (the device tool st
 # the carried tarball of this machine's GPU model, if any (../machine.sh)
 RESUME=$(carried_resume)
 if [ -n "$RESUME" ]; then echo "resume: $RESUME"; else echo "resume: no tarball carried for this GPU ($(gpu_machine))"; fi
-# the plans of the carried replays (none without $RESUME), and the one of config/h200.yaml's replays
+# the plans and borrowed-memory parameters of the carried replays (none without $RESUME), and the plan of
+# config/h200.yaml's replays (`carried_inputs`, ../machine.sh)
 carried_plans() {
-  local listed=""
-  if [ -n "$RESUME" ]; then
-    listed=$(tar -tzf "$RESUME" | grep '^results/residency/replay/.*\.plan\.json$' || true)
-  fi
-  printf '%s\n' results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json $listed | sort -u
+  carried_inputs "$RESUME" results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json
 }
-# the model, the development routing and the plans (snakemake, for at most $1 seconds)
+# the model, the development routing, the plans and the borrowed-memory parameters (snakemake, for at most $1 seconds)
 plans() {
   carried_sessions
   smk "$1" $(carried_plans)
@@ -119,8 +117,8 @@ plans() {
 replay() {
   carried_sessions
   if [ -n "$RESUME" ] && [ ! -e results/.resumed ]; then
-    # the model, the development routing and every plan the carried replays ran with are made here first (`plans`);
-    # the carried replays count only when this machine's plans are theirs
+    # the model, the development routing and every plan and borrowed-memory parameter set the carried replays ran
+    # with are made here first (`plans`); the carried replays count only when this machine's are theirs
     left=$(( CALL - ($(date +%s) - start) ))
     rc=0; plans "$left" > "$OUT/snakemake-plan-$(date +%s).log" 2>&1 || rc=$?
     for p in $(carried_plans); do
@@ -161,7 +159,7 @@ print(" ".join(k + "=" + v["preset"] for k, v in e.items() if v and v.get("prese
           > "$OUT/snakemake-touch.log" 2>&1
       echo "resume: $(echo $done_csv | wc -w) finished replays carried (the others are replayed again)"
     else
-      echo "resume: this machine's plans differ from the carried ones; the carried replays are not used"
+      echo "resume: this machine's plans or borrow parameters differ from the carried ones; the carried replays are not used"
     fi
     touch results/.resumed
   fi
