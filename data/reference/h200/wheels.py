@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as norm
 
-from ostinato.peers.wheels import PLATFORMS, PYTHON_VERSION
+from ostinato.peers.wheels import PYTHON_VERSION, download_cmd
 
 IMAGE = Path(__file__).with_name("image-packages.txt")
 # pulp is snakemake's ILP scheduler, which the GPU scripts do not use (`--scheduler greedy`); 17 MB of solver binaries
@@ -27,11 +27,6 @@ LEFT_OUT = {"pulp"}
 MARKERS = {"python_version": PYTHON_VERSION, "python_full_version": f"{PYTHON_VERSION}.3", "sys_platform": "linux",
            "platform_system": "Linux", "os_name": "posix", "platform_machine": "x86_64",
            "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
-
-
-def norm(name: str) -> str:
-    """A distribution name as PEP 503 normalizes it."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def image_packages(path: Path = IMAGE) -> set[str]:
@@ -72,13 +67,10 @@ def fetch(pins: dict[str, str], dest: Path) -> None:
     """Each pinned wheel for the GPU machine into `dest`; a distribution with no wheel on PyPI is built here, and
     must then be pure Python (py3-none-any)."""
     dest.mkdir(parents=True, exist_ok=True)
-    tags = [a for p in PLATFORMS for a in ("--platform", p)]
     for name, version in pins.items():
         spec = f"{name}=={version}"
         with tempfile.TemporaryDirectory(prefix="ostinato-whl-") as tmp:
-            got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                                  "--python-version", PYTHON_VERSION, "--implementation", "cp", *tags, "-d", tmp, spec],
-                                 capture_output=True, text=True)
+            got = subprocess.run(download_cmd(spec, tmp), capture_output=True, text=True)
             if got.returncode != 0:
                 built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, spec],
                                        capture_output=True, text=True)

@@ -17,6 +17,14 @@ PLATFORMS = tuple(f"manylinux_2_{n}_x86_64" for n in (5, 17, 24, 26, 27, 28, 31,
     "manylinux2014_x86_64", "manylinux1_x86_64")
 
 
+def download_cmd(spec: str, dest: str | Path) -> list[str]:
+    """`pip download` of one distribution (`name==version`) as a wheel for the GPU machine's Python into `dest`, no
+    dependencies resolved."""
+    tags = [a for plat in PLATFORMS for a in ("--platform", plat)]
+    return [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+            "--python-version", PYTHON_VERSION, "--implementation", "cp", *tags, "-d", str(dest), spec]
+
+
 def check_wheel(path: Path, wheel: WheelPin) -> str:
     """Why `path` is not the pinned wheel, or "" when its size and sha256 match."""
     if not path.is_file():
@@ -38,11 +46,7 @@ def fetch_wheels(wheels: list[WheelPin], dest: Path, progress=print) -> list[Pat
         target = dest / w.file
         if check_wheel(target, w):
             with tempfile.TemporaryDirectory(prefix="ostinato-wheel-") as tmp:
-                cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                       "--python-version", PYTHON_VERSION, "--implementation", "cp", "-d", tmp]
-                for plat in PLATFORMS:
-                    cmd += ["--platform", plat]
-                proc = subprocess.run(cmd + [f"{w.name}=={w.version}"], capture_output=True, text=True)
+                proc = subprocess.run(download_cmd(f"{w.name}=={w.version}", tmp), capture_output=True, text=True)
                 got = sorted(Path(tmp).glob("*.whl"))
                 if proc.returncode != 0 or not got:
                     raise RuntimeError(f"pip download {w.name}=={w.version} failed: {proc.stderr.strip()[-800:]}")
