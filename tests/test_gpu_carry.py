@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
+import os
 import subprocess
 from pathlib import Path
 
@@ -40,8 +41,16 @@ def test_the_resume_tarballs_are_the_shipped_runs_of_each_gpu(tmp_path):
     for gpu, shipped in (("h200", H200 / "heldout" / "run1-borrow"), ("h100", REPO / "data/reference/h100/heldout/run1")):
         carried = tmp_path / ".carry" / "resume" / gpu / "replay.tar.gz"
         assert carried.read_bytes() == (shipped / "replay.tar.gz").read_bytes()
-    # one already there (a later session's own) is kept
+    # one already there that is newer than the shipped one (a later device call's own, not shipped yet) is kept
+    shipped = REPO / "data/reference/h100/heldout/run1/replay.tar.gz"
     mine = tmp_path / ".carry" / "resume" / "h100" / "replay.tar.gz"
     mine.write_bytes(b"newer")
-    run()
+    newer = shipped.stat().st_mtime + 60
+    os.utime(mine, (newer, newer))
+    assert "kept" in run().stdout
     assert mine.read_bytes() == b"newer"
+    # one older than the shipped one (a run was shipped since it was made) is replaced by it
+    older = shipped.stat().st_mtime - 60
+    os.utime(mine, (older, older))
+    run()
+    assert mine.read_bytes() == shipped.read_bytes()

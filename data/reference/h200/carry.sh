@@ -9,8 +9,10 @@
 #                                   device tool's image (image-packages.txt), as cp312 wheels (wheels.py; about 12 MB)
 #   .carry/resume/<gpu>/replay.tar.gz
 #                                   the shipped held-out runs' resume tarballs: h200 heldout/run1-borrow/, h100
-#                                   ../h100/heldout/run1/ (heldout/run.sh resumes the one of the GPU it runs on)
-# Each part is skipped when what it makes is there (delete it to make it again):
+#                                   ../h100/heldout/run1/ (heldout/run.sh resumes the one of the GPU it runs on); one
+#                                   already there that differs is replaced when the shipped one is newer (a run shipped
+#                                   since) and kept when it is newer itself (a device call's, not shipped yet)
+# The other parts are skipped when what they make is there (delete it to make it again):
 #   bash data/reference/h200/carry.sh [all|source|sessions|wheels|resume]...   (default: all)
 set -euo pipefail
 BIN=${BIN:-.venv/bin}
@@ -32,8 +34,11 @@ fi
 if want resume; then
   for gpu_run in h200:heldout/run1-borrow h100:../h100/heldout/run1; do
     gpu=${gpu_run%%:*}; src="$here/${gpu_run#*:}/replay.tar.gz"
-    if [ ! -f ".carry/resume/$gpu/replay.tar.gz" ]; then
-      mkdir -p ".carry/resume/$gpu" && cp "$src" ".carry/resume/$gpu/replay.tar.gz"
+    dst=".carry/resume/$gpu/replay.tar.gz"
+    if [ ! -f "$dst" ] || { ! cmp -s "$src" "$dst" && [ "$src" -nt "$dst" ]; }; then
+      mkdir -p ".carry/resume/$gpu" && cp "$src" "$dst"
+    elif ! cmp -s "$src" "$dst"; then
+      echo "resume: $dst is newer than the shipped $src and differs from it: kept (delete it to carry the shipped one)"
     fi
   done
 fi
