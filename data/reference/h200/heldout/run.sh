@@ -54,7 +54,7 @@
 # the time left (else `run.sh pack` in the next call), instead of the tests, the model and the replay.
 # Snakemake runs with the greedy scheduler, so .whl/ needs no ILP solver (pulp).
 # Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
-# and the snakemake log (default OUT: out/ beside this script).
+# and the snakemake log (default OUT: out/ beside this script); on a CPU machine, collect.sh makes a run folder of it.
 set -euo pipefail
 part=${1:?usage: run.sh build|tests|replay|pack|stage}
 OUT=${OUT:-$(dirname "$0")/out}

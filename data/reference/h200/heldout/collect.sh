@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A shipped run folder of whole held-out sessions from the replay.tar.gz a device call brought back (run.sh), on a CPU
+# machine, from the repository root with the project's .venv:
+#   bash data/reference/h200/heldout/collect.sh TARBALL DEST [SET]      (SET: the session set, default tau2-heldout)
+# It writes into DEST (made if missing; the files below are replaced, nothing else is touched):
+#   replay.tar.gz                     the tarball itself, which a later device session resumes (../carry.sh)
+#   sessions.csv, requests.csv        `ostinato replay summarize` over the engines that finished SET, in the order of
+#                                     config/h200.yaml's replay.engines
+#   runs-<engine>.json                each engine's runs.json: its builds, machines and calls
+#   compare.{csv,md}, by-new-tokens.{csv,md}
+#                                     `ostinato replay compare` on them (and `--by-new-tokens`, the paper's Figure 7a)
+#   partial.{sessions,requests}.csv, compare-<engine>.{csv,md}
+#                                     for the engines under way (their .partial/ directories): their finished sessions
+#                                     and Ostinato against each on those sessions; partial.* is removed when none is
+# The foreign-load threshold is the pipeline's (replay.foreign_load_threshold of the config schema, FLT to override).
+set -euo pipefail
+tarball=${1:?usage: collect.sh TARBALL DEST [SET]}
+dest=${2:?usage: collect.sh TARBALL DEST [SET]}
+set_name=${3:-tau2-heldout}
+BIN=${BIN:-.venv/bin}
+ost() { "$BIN/ostinato" "$@"; }
+FLT=${FLT:-$("$BIN/python" -c 'import yaml
+s = yaml.safe_load(open("workflow/schemas/config.schema.yaml"))
+print(s["properties"]["replay"]["properties"]["foreign_load_threshold"]["default"])')}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+tar -xzf "$tarball" -C "$tmp" results/replay
+d="$tmp/results/replay/$set_name"
+[ -d "$d" ] || { echo "collect.sh: $tarball holds no results/replay/$set_name" >&2; exit 2; }
+order=$("$BIN/python" -c 'import yaml
+e = yaml.safe_load(open("config/h200.yaml"))["replay"]["engines"]
+print(" ".join(k for k, v in e.items() if v))')
+finished=(); under_way=()
+for e in $order; do
+  if [ -f "$d/$e.sessions.csv" ]; then finished+=("$e"); elif [ -d "$d/.partial/$e/sessions" ]; then under_way+=("$e"); fi
+done
+[ ${#finished[@]} -gt 0 ] || { echo "collect.sh: no engine finished $set_name in $tarball" >&2; exit 2; }
+echo "finished: ${finished[*]}; under way: ${under_way[*]:-none}"
+
+mkdir -p "$dest"
+[ "$(realpath "$tarball")" = "$(realpath -m "$dest/replay.tar.gz")" ] || cp "$tarball" "$dest/replay.tar.gz"
+ost replay summarize --in "${finished[@]/#/$d/}" --out "$dest/sessions.csv" --requests-out "$dest/requests.csv" \
+    --foreign-load-threshold "$FLT"
+for e in "${finished[@]}"; do cp "$d/$e/runs.json" "$dest/runs-$e.json"; done
+ost replay compare --sessions "$dest/sessions.csv" --requests "$dest/requests.csv" --out "$dest/compare" \
+    --by-new-tokens "$dest/by-new-tokens"
+
+rm -f "$dest/partial.sessions.csv" "$dest/partial.requests.csv"
+if [ ${#under_way[@]} -gt 0 ]; then
+  ost replay summarize --in "${under_way[@]/#/$d/.partial/}" --out "$dest/partial.sessions.csv" \
+      --requests-out "$dest/partial.requests.csv" --foreign-load-threshold "$FLT"
+  # Ostinato against each engine under way on the sessions that engine finished (compare keeps only the sessions
+  # every compared engine completed)
+  ost replay summarize --in "${finished[@]/#/$d/}" "${under_way[@]/#/$d/.partial/}" --out "$tmp/all.sessions.csv" \
+      --requests-out "$tmp/all.requests.csv" --foreign-load-threshold "$FLT"
+  for e in "${under_way[@]}"; do
+    cp "$d/.partial/$e/runs.json" "$dest/runs-$e.json"
+    ost replay compare --sessions "$tmp/all.sessions.csv" --requests "$tmp/all.requests.csv" --engines "$e" \
+        --out "$dest/compare-$e"
+  done
+fi
