@@ -12,16 +12,14 @@
 #   partial.{sessions,requests}.csv, compare-<engine>.{csv,md}
 #                                     for the engines under way (their .partial/ directories): their finished sessions
 #                                     and Ostinato against each on those sessions; partial.* is removed when none is
-# The foreign-load threshold is the pipeline's (replay.foreign_load_threshold of the config schema, FLT to override).
+# The foreign-load threshold is `replay summarize`'s default, as in the default config (FLT=<share> to override).
 set -euo pipefail
 tarball=${1:?usage: collect.sh TARBALL DEST [SET]}
 dest=${2:?usage: collect.sh TARBALL DEST [SET]}
 set_name=${3:-tau2-heldout}
 BIN=${BIN:-.venv/bin}
 ost() { "$BIN/ostinato" "$@"; }
-FLT=${FLT:-$("$BIN/python" -c 'import yaml
-s = yaml.safe_load(open("workflow/schemas/config.schema.yaml"))
-print(s["properties"]["replay"]["properties"]["foreign_load_threshold"]["default"])')}
+load=(${FLT:+--foreign-load-threshold "$FLT"})
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -40,8 +38,7 @@ echo "finished: ${finished[*]}; under way: ${under_way[*]:-none}"
 
 mkdir -p "$dest"
 [ "$(realpath "$tarball")" = "$(realpath -m "$dest/replay.tar.gz")" ] || cp "$tarball" "$dest/replay.tar.gz"
-ost replay summarize --in "${finished[@]/#/$d/}" --out "$dest/sessions.csv" --requests-out "$dest/requests.csv" \
-    --foreign-load-threshold "$FLT"
+ost replay summarize --in "${finished[@]/#/$d/}" --out "$dest/sessions.csv" --requests-out "$dest/requests.csv" "${load[@]}"
 for e in "${finished[@]}"; do cp "$d/$e/runs.json" "$dest/runs-$e.json"; done
 ost replay compare --sessions "$dest/sessions.csv" --requests "$dest/requests.csv" --out "$dest/compare" \
     --by-new-tokens "$dest/by-new-tokens"
@@ -49,11 +46,11 @@ ost replay compare --sessions "$dest/sessions.csv" --requests "$dest/requests.cs
 rm -f "$dest/partial.sessions.csv" "$dest/partial.requests.csv"
 if [ ${#under_way[@]} -gt 0 ]; then
   ost replay summarize --in "${under_way[@]/#/$d/.partial/}" --out "$dest/partial.sessions.csv" \
-      --requests-out "$dest/partial.requests.csv" --foreign-load-threshold "$FLT"
+      --requests-out "$dest/partial.requests.csv" "${load[@]}"
   # Ostinato against each engine under way on the sessions that engine finished (compare keeps only the sessions
   # every compared engine completed)
   ost replay summarize --in "${finished[@]/#/$d/}" "${under_way[@]/#/$d/.partial/}" --out "$tmp/all.sessions.csv" \
-      --requests-out "$tmp/all.requests.csv" --foreign-load-threshold "$FLT"
+      --requests-out "$tmp/all.requests.csv" "${load[@]}"
   for e in "${under_way[@]}"; do
     cp "$d/.partial/$e/runs.json" "$dest/runs-$e.json"
     ost replay compare --sessions "$tmp/all.sessions.csv" --requests "$tmp/all.requests.csv" --engines "$e" \
