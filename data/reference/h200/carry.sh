@@ -35,9 +35,11 @@ if want resume; then
   for gpu_run in h200:heldout/run1-borrow h100:../h100/heldout/run1; do
     gpu=${gpu_run%%:*}; src="$here/${gpu_run#*:}/replay.tar.gz"
     dst=".carry/resume/$gpu/replay.tar.gz"
-    if [ ! -f "$dst" ] || { ! cmp -s "$src" "$dst" && [ "$src" -nt "$dst" ]; }; then
+    if [ -f "$dst" ] && cmp -s "$src" "$dst"; then
+      :
+    elif [ ! -f "$dst" ] || [ "$src" -nt "$dst" ]; then
       mkdir -p ".carry/resume/$gpu" && cp "$src" "$dst"
-    elif ! cmp -s "$src" "$dst"; then
+    else
       echo "resume: $dst is newer than the shipped $src and differs from it: kept (delete it to carry the shipped one)"
     fi
   done

@@ -4,8 +4,8 @@
 #   bash data/reference/h200/heldout/collect.sh TARBALL DEST [SET]      (SET: the session set, default tau2-heldout)
 # It writes into DEST (made if missing; the files below are replaced, nothing else is touched):
 #   replay.tar.gz                     the tarball itself, which a later device session resumes (../carry.sh)
-#   sessions.csv, requests.csv        `ostinato replay summarize` over the engines that finished SET, in the order of
-#                                     config/h200.yaml's replay.engines
+#   sessions.csv, requests.csv        `ostinato replay summarize` over the engines that finished SET (<engine>.sessions.csv
+#                                     beside their directories)
 #   runs-<engine>.json                each engine's runs.json: its builds, machines and calls
 #   compare.{csv,md}, by-new-tokens.{csv,md}
 #                                     `ostinato replay compare` on them (and `--by-new-tokens`, the paper's Figure 7a)
@@ -26,13 +26,9 @@ trap 'rm -rf "$tmp"' EXIT
 tar -xzf "$tarball" -C "$tmp" results/replay
 d="$tmp/results/replay/$set_name"
 [ -d "$d" ] || { echo "collect.sh: $tarball holds no results/replay/$set_name" >&2; exit 2; }
-order=$("$BIN/python" -c 'import yaml
-e = yaml.safe_load(open("config/h200.yaml"))["replay"]["engines"]
-print(" ".join(k for k, v in e.items() if v))')
 finished=(); under_way=()
-for e in $order; do
-  if [ -f "$d/$e.sessions.csv" ]; then finished+=("$e"); elif [ -d "$d/.partial/$e/sessions" ]; then under_way+=("$e"); fi
-done
+for f in "$d"/*.sessions.csv; do [ -e "$f" ] && finished+=("$(basename "$f" .sessions.csv)"); done
+for s in "$d"/.partial/*/sessions; do [ -d "$s" ] && under_way+=("$(basename "$(dirname "$s")")"); done
 [ ${#finished[@]} -gt 0 ] || { echo "collect.sh: no engine finished $set_name in $tarball" >&2; exit 2; }
 echo "finished: ${finished[*]}; under way: ${under_way[*]:-none}"
 
