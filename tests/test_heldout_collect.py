@@ -4,8 +4,10 @@ engine under way with its partial sessions and Ostinato's comparison on them).""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pandas as pd
@@ -53,12 +55,60 @@ def test_an_engine_under_way_gets_its_partial_sessions_and_a_comparison_on_them(
     assert (dest / "runs-ktransformers-placement.json").exists()
 
 
+def two_set_tarball(tmp_path: Path) -> Path:
+    """The shipped H100 tarball with a second set, `swe-heldout`: ostinato and buun finished (the τ² replays under
+    that name), llama.cpp-layers under way with two of their sessions, and an engine under way with none."""
+    shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1" / "replay.tar.gz"
+    root = tmp_path / "unpacked"
+    with tarfile.open(shipped) as t:
+        t.extractall(root, filter="data")
+    tau, swe = root / "results" / "replay" / "tau2-heldout", root / "results" / "replay" / "swe-heldout"
+    shutil.rmtree(swe)
+    swe.mkdir()
+    for e in ("ostinato", "buun"):
+        shutil.copytree(tau / e, swe / e)
+        for ext in ("sessions.csv", "requests.csv"):
+            shutil.copy(tau / f"{e}.{ext}", swe / f"{e}.{ext}")
+    part = swe / ".partial" / "llama.cpp-layers"
+    shutil.copytree(tau / "llama.cpp-layers", part)
+    for f in sorted((part / "sessions").glob("*.jsonl"))[2:]:
+        f.unlink()
+    (swe / ".partial" / "ktransformers-placement" / "sessions").mkdir(parents=True)
+    out = tmp_path / "two.tar.gz"
+    with tarfile.open(out, "w:gz") as t:
+        t.add(root / "results", arcname="results")
+    return out
+
+
+def test_every_set_of_the_tarball_gets_its_folder_the_tau2_set_the_run_folder(tmp_path):
+    tarball = two_set_tarball(tmp_path)
+    dest = tmp_path / "run"
+    out = collect(tarball, dest)
+    assert out.returncode == 0, out.stderr
+    assert "swe-heldout: finished: buun ostinato; under way: llama.cpp-layers" in out.stdout
+    shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1"
+    assert (dest / "compare.csv").read_bytes() == (shipped / "compare.csv").read_bytes()
+    swe = dest / "swe-heldout"
+    assert not (swe / "replay.tar.gz").exists() and (dest / "replay.tar.gz").exists()
+    cmp = pd.read_csv(swe / "compare.csv")
+    assert sorted(cmp.engine) == ["buun", "ostinato"]
+    assert len(pd.read_csv(swe / "partial.sessions.csv")) == 2
+    # Ostinato against the engine under way on the two sessions it finished
+    part = pd.read_csv(swe / "compare-llama.cpp-layers.csv")
+    assert set(part.sessions.dropna().astype(int)) == {2}
+    assert not (swe / "compare-ktransformers-placement.csv").exists()
+    # one set asked for: only its folder
+    out = collect(tarball, tmp_path / "one", "swe-heldout")
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["replay.tar.gz", "swe-heldout"]
+
+
 @pytest.mark.parametrize("case", ["no-set", "no-tarball"])
 def test_bad_input_names_what_is_missing(tmp_path, case):
     shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1" / "replay.tar.gz"
     if case == "no-set":
         out = collect(shipped, tmp_path / "x", "swe-heldout")
-        assert out.returncode == 2 and "no engine finished swe-heldout" in out.stderr
+        assert out.returncode == 2 and "no engine finished swe-heldout or has sessions of it under way" in out.stderr
     else:
         out = collect(tmp_path / "missing.tar.gz", tmp_path / "x")
         assert out.returncode != 0 and "missing.tar.gz" in out.stderr

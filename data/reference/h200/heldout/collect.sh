@@ -1,55 +1,103 @@
 #!/usr/bin/env bash
 # A shipped run folder of whole held-out sessions from the replay.tar.gz a device call brought back (run.sh), on a CPU
 # machine, from the repository root with the project's .venv:
-#   bash data/reference/h200/heldout/collect.sh TARBALL DEST [SET]      (SET: the session set, default tau2-heldout)
-# It writes into DEST (made if missing; the files below are replaced, nothing else is touched):
-#   replay.tar.gz                     the tarball itself, which a later device session resumes (../carry.sh)
-#   sessions.csv, requests.csv        `ostinato replay summarize` over the engines that finished SET (<engine>.sessions.csv
-#                                     beside their directories)
+#   bash data/reference/h200/heldout/collect.sh TARBALL DEST [SET]
+# SET: one session set; without it, every set of the tarball that an engine finished or has sessions of under way.
+# The τ² set's tables go into DEST (the layout of the shipped run folders), another set's into DEST/<set>/ (made if
+# missing; the files below are replaced, nothing else is touched):
+#   replay.tar.gz                     the tarball itself (in DEST), which a later device session resumes (../carry.sh)
+#   sessions.csv, requests.csv        `ostinato replay summarize` over the engines that finished the set
+#                                     (<engine>.sessions.csv beside their directories)
 #   runs-<engine>.json                each engine's runs.json: its builds, machines and calls
 #   compare.{csv,md}, by-new-tokens.{csv,md}
-#                                     `ostinato replay compare` on them (and `--by-new-tokens`, the paper's Figure 7a)
+#                                     `ostinato replay compare` on them (and `--by-new-tokens`, the paper's Figure 7a),
+#                                     when Ostinato is among them
 #   partial.{sessions,requests}.csv, compare-<engine>.{csv,md}
-#                                     for the engines under way (their .partial/ directories): their finished sessions
-#                                     and Ostinato against each on those sessions; partial.* is removed when none is
+#                                     for the engines under way (their .partial/ directories with sessions): their
+#                                     finished sessions, and Ostinato against each on the sessions both finished;
+#                                     partial.* is removed when none is under way
 # The foreign-load threshold is `replay summarize`'s default, as in the default config (FLT=<share> to override).
 set -euo pipefail
-tarball=${1:?usage: collect.sh TARBALL DEST [SET]}
-dest=${2:?usage: collect.sh TARBALL DEST [SET]}
-set_name=${3:-tau2-heldout}
+usage="usage: collect.sh TARBALL DEST [SET]"
+tarball=${1:?$usage}
+dest=${2:?$usage}
+only=${3:-}
 BIN=${BIN:-.venv/bin}
 ost() { "$BIN/ostinato" "$@"; }
 load=(${FLT:+--foreign-load-threshold "$FLT"})
+target=ostinato
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tar -xzf "$tarball" -C "$tmp" results/replay
-d="$tmp/results/replay/$set_name"
-[ -d "$d" ] || { echo "collect.sh: $tarball holds no results/replay/$set_name" >&2; exit 2; }
-finished=(); under_way=()
-for f in "$d"/*.sessions.csv; do [ -e "$f" ] && finished+=("$(basename "$f" .sessions.csv)"); done
-for s in "$d"/.partial/*/sessions; do [ -d "$s" ] && under_way+=("$(basename "$(dirname "$s")")"); done
-[ ${#finished[@]} -gt 0 ] || { echo "collect.sh: no engine finished $set_name in $tarball" >&2; exit 2; }
-echo "finished: ${finished[*]}; under way: ${under_way[*]:-none}"
+root="$tmp/results/replay"
+
+# finished and under-way engines of set $1, into the arrays finished and under_way
+engines_of() {
+  local d="$root/$1" f s
+  finished=(); under_way=()
+  for f in "$d"/*.sessions.csv; do [ -e "$f" ] && finished+=("$(basename "$f" .sessions.csv)"); done
+  for s in "$d"/.partial/*/sessions; do
+    [ -n "$(find "$s" -maxdepth 1 -name '*.jsonl' -print -quit 2>/dev/null)" ] && under_way+=("$(basename "$(dirname "$s")")")
+  done
+  return 0
+}
+
+has() { local x=$1; shift; local e; for e in "$@"; do [ "$e" = "$x" ] && return 0; done; return 1; }
+
+sets=()
+if [ -n "$only" ]; then
+  [ -d "$root/$only" ] || { echo "collect.sh: $tarball holds no results/replay/$only" >&2; exit 2; }
+  engines_of "$only"
+  [ $((${#finished[@]} + ${#under_way[@]})) -gt 0 ] || {
+    echo "collect.sh: no engine finished $only or has sessions of it under way in $tarball" >&2; exit 2; }
+  sets=("$only")
+else
+  for d in "$root"/*/; do
+    s=$(basename "$d"); engines_of "$s"
+    [ $((${#finished[@]} + ${#under_way[@]})) -gt 0 ] && sets+=("$s")
+  done
+  [ ${#sets[@]} -gt 0 ] || { echo "collect.sh: no engine finished a set or has sessions under way in $tarball" >&2; exit 2; }
+fi
 
 mkdir -p "$dest"
 [ "$(realpath "$tarball")" = "$(realpath -m "$dest/replay.tar.gz")" ] || cp "$tarball" "$dest/replay.tar.gz"
-ost replay summarize --in "${finished[@]/#/$d/}" --out "$dest/sessions.csv" --requests-out "$dest/requests.csv" "${load[@]}"
-for e in "${finished[@]}"; do cp "$d/$e/runs.json" "$dest/runs-$e.json"; done
-ost replay compare --sessions "$dest/sessions.csv" --requests "$dest/requests.csv" --out "$dest/compare" \
-    --by-new-tokens "$dest/by-new-tokens"
-
-rm -f "$dest/partial.sessions.csv" "$dest/partial.requests.csv"
-if [ ${#under_way[@]} -gt 0 ]; then
-  ost replay summarize --in "${under_way[@]/#/$d/.partial/}" --out "$dest/partial.sessions.csv" \
-      --requests-out "$dest/partial.requests.csv" "${load[@]}"
-  # Ostinato against each engine under way on the sessions that engine finished (compare keeps only the sessions
-  # every compared engine completed)
-  ost replay summarize --in "${finished[@]/#/$d/}" "${under_way[@]/#/$d/.partial/}" --out "$tmp/all.sessions.csv" \
-      --requests-out "$tmp/all.requests.csv" "${load[@]}"
+for s in "${sets[@]}"; do
+  d="$root/$s"
+  out=$dest; [ "$s" = tau2-heldout ] || out="$dest/$s"
+  mkdir -p "$out"
+  engines_of "$s"
+  echo "$s: finished: ${finished[*]:-none}; under way: ${under_way[*]:-none}"
+  if [ ${#finished[@]} -gt 0 ]; then
+    ost replay summarize --in "${finished[@]/#/$d/}" --out "$out/sessions.csv" --requests-out "$out/requests.csv" \
+        "${load[@]}"
+    for e in "${finished[@]}"; do cp "$d/$e/runs.json" "$out/runs-$e.json"; done
+    if has "$target" "${finished[@]}" && [ ${#finished[@]} -gt 1 ]; then
+      ost replay compare --sessions "$out/sessions.csv" --requests "$out/requests.csv" --out "$out/compare" \
+          --by-new-tokens "$out/by-new-tokens"
+    fi
+  fi
+  rm -f "$out/partial.sessions.csv" "$out/partial.requests.csv"
+  [ ${#under_way[@]} -gt 0 ] || continue
+  ost replay summarize --in "${under_way[@]/#/$d/.partial/}" --out "$out/partial.sessions.csv" \
+      --requests-out "$out/partial.requests.csv" "${load[@]}"
+  for e in "${under_way[@]}"; do cp "$d/.partial/$e/runs.json" "$out/runs-$e.json"; done
+  has "$target" "${finished[@]}" "${under_way[@]}" || continue
+  # Ostinato against each engine under way on the sessions both finished (compare keeps only the sessions every
+  # compared engine completed)
+  all=("${finished[@]/#/$d/}" "${under_way[@]/#/$d/.partial/}")
+  ost replay summarize --in "${all[@]}" --out "$tmp/all.sessions.csv" --requests-out "$tmp/all.requests.csv" \
+      "${load[@]}"
   for e in "${under_way[@]}"; do
-    cp "$d/.partial/$e/runs.json" "$dest/runs-$e.json"
+    [ "$e" = "$target" ] && continue
     ost replay compare --sessions "$tmp/all.sessions.csv" --requests "$tmp/all.requests.csv" --engines "$e" \
-        --out "$dest/compare-$e"
+        --out "$out/compare-$e"
   done
-fi
+  # Ostinato itself under way: against each finished engine on the sessions it finished
+  if has "$target" "${under_way[@]}"; then
+    for e in "${finished[@]}"; do
+      ost replay compare --sessions "$tmp/all.sessions.csv" --requests "$tmp/all.requests.csv" --engines "$e" \
+          --out "$out/compare-$e"
+    done
+  fi
+done
