@@ -32,8 +32,9 @@ def test_the_h100_run_is_what_collect_makes_of_its_tarball(tmp_path):
     shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1"
     out = collect(shipped / "replay.tar.gz", tmp_path / "run1")
     assert out.returncode == 0, out.stderr
-    made = sorted(p.name for p in (tmp_path / "run1").iterdir())
+    made = sorted(str(p.relative_to(tmp_path / "run1")) for p in (tmp_path / "run1").rglob("*") if p.is_file())
     assert "partial.sessions.csv" not in made  # every engine finished the τ² set
+    assert "swe-heldout/sessions.csv" in made  # and the SWE set is collected beside it
     for name in made:
         assert (tmp_path / "run1" / name).read_bytes() == (shipped / name).read_bytes(), name
 
@@ -103,11 +104,25 @@ def test_every_set_of_the_tarball_gets_its_folder_the_tau2_set_the_run_folder(tm
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["replay.tar.gz", "swe-heldout"]
 
 
-@pytest.mark.parametrize("case", ["no-set", "no-tarball"])
+@pytest.mark.parametrize("case", ["no-set", "empty-set", "no-tarball"])
 def test_bad_input_names_what_is_missing(tmp_path, case):
     shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1" / "replay.tar.gz"
     if case == "no-set":
-        out = collect(shipped, tmp_path / "x", "swe-heldout")
+        out = collect(REPO / "data" / "reference" / "h200" / "heldout" / "run1-borrow" / "replay.tar.gz",
+                      tmp_path / "x", "swe-heldout")
+        assert out.returncode == 2 and "holds no results/replay/swe-heldout" in out.stderr
+    elif case == "empty-set":
+        # the SWE set with only an engine under way that finished no session of it
+        root = tmp_path / "unpacked"
+        with tarfile.open(shipped) as t:
+            t.extractall(root, filter="data")
+        swe = root / "results" / "replay" / "swe-heldout"
+        shutil.rmtree(swe)
+        (swe / ".partial" / "buun" / "sessions").mkdir(parents=True)
+        tarball = tmp_path / "empty.tar.gz"
+        with tarfile.open(tarball, "w:gz") as t:
+            t.add(root / "results", arcname="results")
+        out = collect(tarball, tmp_path / "x", "swe-heldout")
         assert out.returncode == 2 and "no engine finished swe-heldout or has sessions of it under way" in out.stderr
     else:
         out = collect(tmp_path / "missing.tar.gz", tmp_path / "x")
