@@ -84,6 +84,9 @@ def two_set_tarball(tmp_path: Path) -> Path:
 def test_every_set_of_the_tarball_gets_its_folder_the_tau2_set_the_run_folder(tmp_path):
     tarball = two_set_tarball(tmp_path)
     dest = tmp_path / "run"
+    # an earlier collect's comparison with buun while it was under way: buun and Ostinato finished now
+    (dest / "swe-heldout").mkdir(parents=True)
+    (dest / "swe-heldout" / "compare-buun.csv").write_text("stale")
     out = collect(tarball, dest)
     assert out.returncode == 0, out.stderr
     assert "swe-heldout: finished: buun ostinato; under way: llama.cpp-layers" in out.stdout
@@ -98,6 +101,7 @@ def test_every_set_of_the_tarball_gets_its_folder_the_tau2_set_the_run_folder(tm
     part = pd.read_csv(swe / "compare-llama.cpp-layers.csv")
     assert set(part.sessions.dropna().astype(int)) == {2}
     assert not (swe / "compare-ktransformers-placement.csv").exists()
+    assert not (swe / "compare-buun.csv").exists()
     # one set asked for: only its folder
     out = collect(tarball, tmp_path / "one", "swe-heldout")
     assert out.returncode == 0, out.stderr

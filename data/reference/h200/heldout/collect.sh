@@ -15,7 +15,8 @@
 #   partial.{sessions,requests}.csv, compare-<engine>.{csv,md}
 #                                     for the engines under way (their .partial/ directories with sessions): their
 #                                     finished sessions, and Ostinato against each on the sessions both finished;
-#                                     partial.* is removed when none is under way
+#                                     partial.* is removed when none is under way, compare-<engine>.* when the
+#                                     engine and Ostinato finished the set
 # The foreign-load threshold is `replay summarize`'s default, as in the default config (FLT=<share> to override).
 set -euo pipefail
 usage="usage: collect.sh TARBALL DEST [SET]"
@@ -78,6 +79,10 @@ for s in "${sets[@]}"; do
     fi
   fi
   rm -f "$out/partial.sessions.csv" "$out/partial.requests.csv"
+  # an earlier collect's comparison on the sessions under way, of an engine compare.* now holds in full
+  if has "$target" "${finished[@]}"; then
+    for e in "${finished[@]}"; do rm -f "$out/compare-$e.csv" "$out/compare-$e.md"; done
+  fi
   [ ${#under_way[@]} -gt 0 ] || continue
   ost replay summarize --in "${under_way[@]/#/$d/.partial/}" --out "$out/partial.sessions.csv" \
       --requests-out "$out/partial.requests.csv" "${load[@]}"
