@@ -56,16 +56,29 @@ def test_an_engine_under_way_gets_its_partial_sessions_and_a_comparison_on_them(
     assert (dest / "runs-ktransformers-placement.json").exists()
 
 
+def with_swe_set(tmp_path: Path, name: str) -> tuple[Path, Path, Path]:
+    """The shipped H100 run's tarball unpacked with an empty `swe-heldout` set, to fill in and `repack`: the τ² set's
+    directory, the SWE set's, and the tarball to write."""
+    shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1" / "replay.tar.gz"
+    root = tmp_path / f"{name}.unpacked"
+    with tarfile.open(shipped) as t:
+        t.extractall(root, filter="data")
+    swe = root / "results" / "replay" / "swe-heldout"
+    shutil.rmtree(swe)
+    swe.mkdir()
+    return root / "results" / "replay" / "tau2-heldout", swe, tmp_path / f"{name}.tar.gz"
+
+
+def repack(results_dir: Path, tarball: Path) -> Path:
+    with tarfile.open(tarball, "w:gz") as t:
+        t.add(results_dir, arcname="results")
+    return tarball
+
+
 def two_set_tarball(tmp_path: Path) -> Path:
     """The shipped H100 tarball with a second set, `swe-heldout`: ostinato and buun finished (the τ² replays under
     that name), llama.cpp-layers under way with two of their sessions, and an engine under way with none."""
-    shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1" / "replay.tar.gz"
-    root = tmp_path / "unpacked"
-    with tarfile.open(shipped) as t:
-        t.extractall(root, filter="data")
-    tau, swe = root / "results" / "replay" / "tau2-heldout", root / "results" / "replay" / "swe-heldout"
-    shutil.rmtree(swe)
-    swe.mkdir()
+    tau, swe, out = with_swe_set(tmp_path, "two")
     for e in ("ostinato", "buun"):
         shutil.copytree(tau / e, swe / e)
         for ext in ("sessions.csv", "requests.csv"):
@@ -75,10 +88,7 @@ def two_set_tarball(tmp_path: Path) -> Path:
     for f in sorted((part / "sessions").glob("*.jsonl"))[2:]:
         f.unlink()
     (swe / ".partial" / "ktransformers-placement" / "sessions").mkdir(parents=True)
-    out = tmp_path / "two.tar.gz"
-    with tarfile.open(out, "w:gz") as t:
-        t.add(root / "results", arcname="results")
-    return out
+    return repack(swe.parent.parent, out)
 
 
 def test_every_set_of_the_tarball_gets_its_folder_the_tau2_set_the_run_folder(tmp_path):
@@ -117,16 +127,9 @@ def test_bad_input_names_what_is_missing(tmp_path, case):
         assert out.returncode == 2 and "holds no results/replay/swe-heldout" in out.stderr
     elif case == "empty-set":
         # the SWE set with only an engine under way that finished no session of it
-        root = tmp_path / "unpacked"
-        with tarfile.open(shipped) as t:
-            t.extractall(root, filter="data")
-        swe = root / "results" / "replay" / "swe-heldout"
-        shutil.rmtree(swe)
+        _, swe, tarball = with_swe_set(tmp_path, "empty")
         (swe / ".partial" / "buun" / "sessions").mkdir(parents=True)
-        tarball = tmp_path / "empty.tar.gz"
-        with tarfile.open(tarball, "w:gz") as t:
-            t.add(root / "results", arcname="results")
-        out = collect(tarball, tmp_path / "x", "swe-heldout")
+        out = collect(repack(swe.parent.parent, tarball), tmp_path / "x", "swe-heldout")
         assert out.returncode == 2 and "no engine finished swe-heldout or has sessions of it under way" in out.stderr
     else:
         out = collect(tmp_path / "missing.tar.gz", tmp_path / "x")
