@@ -80,6 +80,21 @@ def test_number_formatting() -> None:
         docs.num(float("nan"))
 
 
+def test_a_template_reads_a_file_that_comes_and_goes(tmp_path: Path) -> None:
+    """`exists` lets a template read a run's files under way (collect.sh's partial.*) only while they are there;
+    `csv` of a missing file is an error naming it."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "a.csv").write_text("engine,x\nostinato,1.5\n")
+    t = tmp_path / "run" / "t.md.j2"
+    t.write_text('{{ csv("a.csv").one("x") if exists("a.csv") else "none" }} '
+                 '{{ csv("/run/b.csv").one("x") if exists("/run/b.csv") else "none" }}')
+    env = docs.environment(tmp_path, t)
+    assert env.get_template("t.md.j2").render() == "1.5 none"
+    t.write_text('{{ csv("b.csv").one("x") }}')
+    with pytest.raises(FileNotFoundError, match=r"run/b.csv: a document quotes this file, and it is missing"):
+        docs.environment(tmp_path, t).get_template("t.md.j2").render()
+
+
 def _facts(folder: str) -> facts.Facts:
     """The `facts` of a template in `folder` (relative to the repository root)."""
     return facts.Facts(docs.Loader(REPO, REPO / folder))

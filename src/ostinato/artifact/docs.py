@@ -147,11 +147,18 @@ class Loader:
     def __init__(self, root: Path, folder: Path):
         self.root, self.folder = root, folder
 
+    def _resolve(self, rel: str) -> Path:
+        return self.root / rel.lstrip("/") if rel.startswith("/") else self.folder / rel
+
     def path(self, rel: str) -> Path:
-        p = self.root / rel.lstrip("/") if rel.startswith("/") else self.folder / rel
+        p = self._resolve(rel)
         if not p.is_file():
             raise FileNotFoundError(f"{p}: a document quotes this file, and it is missing")
         return p
+
+    def exists(self, rel: str) -> bool:
+        """Whether a file is there: for the files a run has only while it is under way (collect.sh's partial.*)."""
+        return self._resolve(rel).is_file()
 
     def csv(self, rel: str) -> Frame:
         return Frame(pd.read_csv(self.path(rel)), rel)
@@ -182,7 +189,7 @@ def environment(root: Path, template: Path) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
                              extensions=["jinja2.ext.do"])
     ld = Loader(root, template.parent)
-    env.globals.update(csv=ld.csv, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, rng_of=rng_of, span=span,
+    env.globals.update(csv=ld.csv, exists=ld.exists, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, rng_of=rng_of, span=span,
                        num=num, pct=pct, sci=sci, mib=mib, min=min, max=max, sum=sum, len=len, round=round,
                        sorted=sorted, abs=abs, bool=bool, int=int, float=float, str=str, claims=_claims)
     env.filters.update(num=num, pct=pct, sci=sci, saved_share=saved_share)
