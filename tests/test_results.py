@@ -439,8 +439,11 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     common = {"measured_sessions": [str(s)], "measured_requests": [str(r)], "sim_sessions": [str(ss)],
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
+              # the shipped whole-session runs, the H100's SWE set among them: a series with no whole-layer replay
               "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / r)
-                               for r in ("run1", "run1-repeat", "run1-buun", "run1-borrow")],
+                               for r in ("run1", "run1-repeat", "run1-buun", "run1-borrow")]
+                              + [str(REPO / "data" / "reference" / "h100" / "heldout" / r)
+                                 for r in ("run1", "run1/swe-heldout")],
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),
               "decode_sweeps": {"measured (h200, reference)": str(REPO / "data/reference/h200/branches/sweep/summary.json"),
                                 "measured (h200, reference, borrowed memory)":
