@@ -18,9 +18,10 @@ COLLECT = REPO / "data" / "reference" / "h200" / "heldout" / "collect.sh"
 BIN = str(Path(sys.executable).parent)
 
 
-def collect(tarball: Path, dest: Path, *extra: str) -> subprocess.CompletedProcess:
+def collect(tarball: Path, dest: Path, *extra: str, run: int | str | None = None) -> subprocess.CompletedProcess:
+    env = {"BIN": BIN, "PATH": f"{BIN}:/usr/bin:/bin", **({"RUN": str(run)} if run is not None else {})}
     return subprocess.run(["bash", str(COLLECT), str(tarball), str(dest), *extra], cwd=REPO, capture_output=True,
-                          text=True, env={"BIN": BIN, "PATH": f"{BIN}:/usr/bin:/bin"})
+                          text=True, env=env)
 
 
 def frame(path: Path) -> pd.DataFrame:
@@ -116,6 +117,28 @@ def test_every_set_of_the_tarball_gets_its_folder_the_tau2_set_the_run_folder(tm
     out = collect(tarball, tmp_path / "one", "swe-heldout")
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["replay.tar.gz", "swe-heldout"]
+
+
+def test_a_later_run_is_collected_into_its_own_folder(tmp_path):
+    """replay.repeats' run 2 (results/replay/run2/<set>/, the engine order reversed): RUN=2 collects it, without a
+    copy of the tarball; run 1's collect leaves it out."""
+    tau2, swe, tarball = with_swe_set(tmp_path, "two-runs")
+    shutil.rmtree(swe)
+    shutil.copytree(tau2, tau2.parent / "run2" / "tau2-heldout")  # run 2: the τ² replays again, under its prefix
+    repack(tau2.parent.parent, tarball)
+    out = collect(tarball, tmp_path / "run2", run=2)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (tmp_path / "run2").iterdir() if p.is_dir()) == []
+    assert not (tmp_path / "run2" / "replay.tar.gz").exists()
+    shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1"
+    assert (tmp_path / "run2" / "compare.csv").read_bytes() == (shipped / "compare.csv").read_bytes()
+    out = collect(tarball, tmp_path / "run1")
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "run1" / "run2").exists() and (tmp_path / "run1" / "replay.tar.gz").exists()
+    for run, message in ((3, "holds no results/replay/run3 (RUN=3)"), ("x", "RUN=x: expected a run number")):
+        out = collect(tarball, tmp_path / f"bad{run}", run=run)
+        assert out.returncode == 2 and message in out.stderr
+        assert not (tmp_path / f"bad{run}").exists()
 
 
 @pytest.mark.parametrize("case", ["no-set", "empty-set", "no-tarball"])

@@ -17,6 +17,9 @@
 #                                     finished sessions, and Ostinato against each on the sessions both finished;
 #                                     partial.* is removed when none is under way, compare-<engine>.* when the
 #                                     engine and Ostinato finished the set
+# RUN=<r> (default 1): the replay.repeats run to collect. Run 1 is results/replay/<set>/, a later run <r> (the engine
+# order reversed, and so on) results/replay/run<r>/<set>/, collected into its own DEST (e.g. a run<r>/ beside run1/)
+# without a copy of the tarball: run 1's DEST keeps the one a later device session resumes, which holds every run.
 # The foreign-load threshold is `replay summarize`'s default, as in the default config (FLT=<share> to override).
 set -euo pipefail
 usage="usage: collect.sh TARBALL DEST [SET]"
@@ -28,10 +31,17 @@ ost() { "$BIN/ostinato" "$@"; }
 load=(${FLT:+--foreign-load-threshold "$FLT"})
 target=ostinato
 
+run=${RUN:-1}
+[[ "$run" =~ ^[1-9][0-9]*$ ]] || { echo "collect.sh: RUN=$run: expected a run number (1, 2, ...)" >&2; exit 2; }
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tar -xzf "$tarball" -C "$tmp" results/replay
 root="$tmp/results/replay"
+if [ "$run" -gt 1 ]; then
+  root="$root/run$run"
+  [ -d "$root" ] || { echo "collect.sh: $tarball holds no results/replay/run$run (RUN=$run)" >&2; exit 2; }
+fi
 
 # finished and under-way engines of set $1, into the arrays finished and under_way
 engines_of() {
@@ -48,21 +58,24 @@ has() { local x=$1; shift; local e; for e in "$@"; do [ "$e" = "$x" ] && return 
 
 sets=()
 if [ -n "$only" ]; then
-  [ -d "$root/$only" ] || { echo "collect.sh: $tarball holds no results/replay/$only" >&2; exit 2; }
+  [ -d "$root/$only" ] || { echo "collect.sh: $tarball holds no ${root#"$tmp/"}/$only" >&2; exit 2; }
   engines_of "$only"
   [ $((${#finished[@]} + ${#under_way[@]})) -gt 0 ] || {
     echo "collect.sh: no engine finished $only or has sessions of it under way in $tarball" >&2; exit 2; }
   sets=("$only")
 else
   for d in "$root"/*/; do
-    s=$(basename "$d"); engines_of "$s"
+    s=$(basename "$d")
+    [[ "$s" =~ ^run[0-9]+$ ]] && continue  # a later run's sets (RUN=<r>)
+    engines_of "$s"
     [ $((${#finished[@]} + ${#under_way[@]})) -gt 0 ] && sets+=("$s")
   done
   [ ${#sets[@]} -gt 0 ] || { echo "collect.sh: no engine finished a set or has sessions under way in $tarball" >&2; exit 2; }
 fi
 
 mkdir -p "$dest"
-[ "$(realpath "$tarball")" = "$(realpath -m "$dest/replay.tar.gz")" ] || cp "$tarball" "$dest/replay.tar.gz"
+[ "$run" -gt 1 ] || [ "$(realpath "$tarball")" = "$(realpath -m "$dest/replay.tar.gz")" ] \
+  || cp "$tarball" "$dest/replay.tar.gz"
 for s in "${sets[@]}"; do
   d="$root/$s"
   out=$dest; [ "$s" = tau2-heldout ] || out="$dest/$s"
