@@ -78,6 +78,7 @@ def test_number_formatting() -> None:
     assert docs.sci(0.0001847, 1) == "1.8e-4" and docs.sci(1.807e-5) == "2e-5" and docs.sci(-0.003) == "\u22123e-3"
     with pytest.raises(ValueError, match="missing"):
         docs.num(float("nan"))
+    assert [docs.and_join(x) for x in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
 
 
 def test_a_template_reads_a_file_that_comes_and_goes(tmp_path: Path) -> None:

@@ -101,6 +101,12 @@ def mib(nbytes: float, fmt: str = ",.2f") -> str:
     return num(float(nbytes) / 2**20, fmt)
 
 
+def and_join(items) -> str:
+    """Items as prose: "a", "a and b", "a, b and c"."""
+    items = [str(x) for x in items]
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+
+
 def saved_share(ratio: float) -> float:
     """The share (%) a ratio of times saves: 0.56 -> 44."""
     return 100 * (1 - float(ratio))
@@ -192,7 +198,7 @@ def environment(root: Path, template: Path) -> jinja2.Environment:
     env.globals.update(csv=ld.csv, exists=ld.exists, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, rng_of=rng_of, span=span,
                        num=num, pct=pct, sci=sci, mib=mib, min=min, max=max, sum=sum, len=len, round=round,
                        sorted=sorted, abs=abs, bool=bool, int=int, float=float, str=str, claims=_claims)
-    env.filters.update(num=num, pct=pct, sci=sci, saved_share=saved_share)
+    env.filters.update(num=num, pct=pct, sci=sci, saved_share=saved_share, and_join=and_join)
     from ostinato.artifact.facts import Facts  # the computations longer than a template expression
 
     env.globals["facts"] = Facts(ld)
