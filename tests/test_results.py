@@ -391,16 +391,16 @@ def test_heldout_runs_are_a_series_of_their_own():
     assert (graph / "series.txt").read_text().strip() == "one graph per decode step"
     assert len(named) == len(pd.read_csv(graph / "sessions.csv")) and set(named["engine"]) == {"ostinato", "llama.cpp-layers", "buun (policy, implemented here)"}
     assert len(runs.sessions[runs.sessions["series"] == "measured (h200, reference, whole sessions)"]) == len(whole)
-    # the current engine's run 1 (every engine on one machine) is the series its series.txt names, all its engines'
-    # sessions; its unfinished engine (partial.sessions.csv) is not part of it
+    # the current engine's run 1 (every engine) is the series its series.txt names, all its engines' sessions
     design = h200 / "heldout" / "run1-borrow"
     runs = load_series([], [], "", [], [], "p", [], "h200", heldout + [str(design)])
     label = "measured (h200, reference, whole sessions: one graph per decode step with borrowed memory)"
     named = runs.sessions[runs.sessions["series"] == label]
     assert (design / "series.txt").read_text().strip() == "one graph per decode step with borrowed memory"
-    assert len(named) == len(pd.read_csv(design / "sessions.csv")) == 40
+    assert len(named) == len(pd.read_csv(design / "sessions.csv")) == 50
     assert set(named["engine"]) == {"ostinato", "llama.cpp-layers", "buun (policy, implemented here)",
-                                    "llama.cpp-expert-cache (policy, implemented here)"}
+                                    "llama.cpp-expert-cache (policy, implemented here)",
+                                    "ktransformers-placement (policy, implemented here)"}
 
 
 def test_heldout_runs_of_another_gpu_are_a_series_labelled_with_it(tmp_path):
