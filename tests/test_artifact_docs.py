@@ -79,6 +79,7 @@ def test_number_formatting() -> None:
     with pytest.raises(ValueError, match="missing"):
         docs.num(float("nan"))
     assert [docs.and_join(x) for x in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
+    assert docs.code("ostinato") == "`ostinato`"
 
 
 def test_a_template_reads_a_file_that_comes_and_goes(tmp_path: Path) -> None:

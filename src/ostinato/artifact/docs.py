@@ -107,6 +107,11 @@ def and_join(items) -> str:
     return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
 
 
+def code(name) -> str:
+    """A name in Markdown code type: ostinato -> `ostinato` (for prose lists: `names | map("code") | and_join`)."""
+    return f"`{name}`"
+
+
 def saved_share(ratio: float) -> float:
     """The share (%) a ratio of times saves: 0.56 -> 44."""
     return 100 * (1 - float(ratio))
@@ -198,7 +203,7 @@ def environment(root: Path, template: Path) -> jinja2.Environment:
     env.globals.update(csv=ld.csv, exists=ld.exists, json=ld.json, yaml=ld.yaml, text=ld.text, grep=ld.grep, rng=rng, rng_of=rng_of, span=span,
                        num=num, pct=pct, sci=sci, mib=mib, min=min, max=max, sum=sum, len=len, round=round,
                        sorted=sorted, abs=abs, bool=bool, int=int, float=float, str=str, claims=_claims)
-    env.filters.update(num=num, pct=pct, sci=sci, saved_share=saved_share, and_join=and_join)
+    env.filters.update(num=num, pct=pct, sci=sci, saved_share=saved_share, and_join=and_join, code=code)
     from ostinato.artifact.facts import Facts  # the computations longer than a template expression
 
     env.globals["facts"] = Facts(ld)
