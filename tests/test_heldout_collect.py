@@ -40,6 +40,18 @@ def test_the_h100_run_is_what_collect_makes_of_its_tarball(tmp_path):
         assert (tmp_path / "run1" / name).read_bytes() == (shipped / name).read_bytes(), name
 
 
+def test_the_h100_run_2_is_what_collect_makes_of_run_1s_tarball(tmp_path):
+    """Run 2 (the engine order reversed) is under way in the tarball run 1 ships: its finished engines' tables."""
+    shipped = REPO / "data" / "reference" / "h100" / "heldout"
+    out = collect(shipped / "run1" / "replay.tar.gz", tmp_path / "run2", run=2)
+    assert out.returncode == 0, out.stderr
+    made = sorted(str(p.relative_to(tmp_path / "run2")) for p in (tmp_path / "run2").rglob("*") if p.is_file())
+    assert made == sorted(str(p.relative_to(shipped / "run2")) for p in (shipped / "run2").rglob("*")
+                          if p.is_file() and p.name != "README.md")
+    for name in made:
+        assert (tmp_path / "run2" / name).read_bytes() == (shipped / "run2" / name).read_bytes(), name
+
+
 def test_the_h200_run_is_what_collect_makes_of_its_tarball_and_an_earlier_partial_goes(tmp_path):
     shipped = REPO / "data" / "reference" / "h200" / "heldout" / "run1-borrow"
     dest = tmp_path / "run"
@@ -126,6 +138,7 @@ def test_a_later_run_is_collected_into_its_own_folder(tmp_path):
     copy of the tarball; run 1's collect leaves it out."""
     tau2, swe, tarball = with_swe_set(tmp_path, "two-runs")
     shutil.rmtree(swe)
+    shutil.rmtree(tau2.parent / "run2", ignore_errors=True)  # the shipped run 2, under way: replaced here
     shutil.copytree(tau2, tau2.parent / "run2" / "tau2-heldout")  # run 2: the τ² replays again, under its prefix
     repack(tau2.parent.parent, tarball)
     out = collect(tarball, tmp_path / "run2", run=2)
