@@ -430,6 +430,23 @@ def test_heldout_runs_of_another_gpu_are_a_series_labelled_with_it(tmp_path):
         load_series([], [], "", [], [], "p", [], "h200", [str(mixed)])
 
 
+def test_a_runs_other_session_set_keeps_its_run_number():
+    """The H100's run 1 and its SWE set (run1/swe-heldout/, the same engines): one series, every session of run 1;
+    a second run of the same sessions counts as run 2."""
+    from ostinato.figures.runs import load_series
+
+    h100 = REPO / "data" / "reference" / "h100" / "heldout" / "run1"
+    runs = load_series([], [], "", [], [], "p", [], "h200", [str(h100), str(h100 / "swe-heldout")])
+    n = len(pd.read_csv(h100 / "sessions.csv")) + len(pd.read_csv(h100 / "swe-heldout" / "sessions.csv"))
+    assert runs.sessions["series"].value_counts().to_dict() == {"measured (h100, reference, whole sessions)": n}
+    assert runs.sessions["session"].str.endswith("#run1").all()
+    assert set(runs.sessions["workload"]) == {"tau2", "SWE"}
+    assert runs.requests["session"].str.endswith("#run1").all()
+    again = load_series([], [], "", [], [], "p", [], "h200", [str(h100), str(h100 / "swe-heldout"), str(h100)])
+    assert {s.split("#")[1] for s in again.sessions["session"]} == {"run1", "run2"}
+    assert again.sessions["session"].str.endswith("#run2").sum() == len(pd.read_csv(h100 / "sessions.csv"))
+
+
 @pytest.mark.slow  # papermill starts a kernel
 def test_result_notebooks_render_under_papermill(tmp_path):
     """Every result notebook renders from a replay, a simulated run and the shipped H200 reference replays."""
@@ -439,9 +456,10 @@ def test_result_notebooks_render_under_papermill(tmp_path):
     common = {"measured_sessions": [str(s)], "measured_requests": [str(r)], "sim_sessions": [str(ss)],
               "sim_requests": [str(sr)], "profile": "p", "paper_dir": str(PAPER), "n_resamples": 199,
               "reference_runs": [str(REPO / "data" / "reference" / "h200" / "compare" / f"run{i}") for i in (1, 2, 3)],
-              # the shipped whole-session runs, the H100's SWE set among them: a series with no whole-layer replay
+              # the shipped whole-session runs, the H100's SWE set among them (in its run's series), and the H200's
+              # SWE set under way: a series with neither Ostinato nor whole-layer placement
               "heldout_runs": [str(REPO / "data" / "reference" / "h200" / "heldout" / r)
-                               for r in ("run1", "run1-repeat", "run1-buun", "run1-borrow")]
+                               for r in ("run1", "run1-repeat", "run1-buun", "run1-borrow", "run1-borrow/swe-heldout")]
                               + [str(REPO / "data" / "reference" / "h100" / "heldout" / r)
                                  for r in ("run1", "run1/swe-heldout")],
               "reference_machine": "h200", "figures_dir": str(tmp_path / "figures"), "tables_dir": str(tmp_path / "tables"),

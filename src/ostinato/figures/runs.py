@@ -120,8 +120,15 @@ def empty_runs() -> Runs:
 
 
 def _tag_runs(paths: list[Path], what: str, required: set[str]) -> pd.DataFrame:
-    """Concatenate repeated runs of the same sessions, each run's session ids suffixed `#run<i>`."""
-    frames = [tag_run(_read([p], what, required), i) for i, p in enumerate(paths, 1)]
+    """Concatenate repeated runs, each run's session ids suffixed `#run<i>`: a file's run is one more than the number
+    of earlier files that share a session with it, so that another session set of the same run (a run folder's
+    `swe-heldout/` beside its τ² set) keeps its run's number."""
+    frames, seen = [], []
+    for p in paths:
+        f = _read([p], what, required)
+        ids = set(f["session"].astype(str))
+        frames.append(tag_run(f, 1 + sum(1 for s in seen if s & ids)))
+        seen.append(ids)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=sorted(required))
 
 
@@ -132,7 +139,8 @@ def load_measured(sessions_csv: str | Path | Iterable[str | Path], requests_csv:
     A baseline's policy implemented on the engine's pools is named `<preset> (policy, implemented here)`.
     Totals are the client's request times; prefill and decode the server's own timings, as the paper's Figure 6
     reports each engine's. `machine` defaults to the CSVs' `machine` column. With `repeated_runs`, the files are
-    runs of the same sessions (in the same order in both lists) and each run's sessions count separately.
+    runs of the same sessions, or another set of sessions of an earlier file's run (in the same order in both lists),
+    and each run's sessions count separately.
     """
     s_req, r_req = {"engine", "session", "total_request_s"}, {"engine", "session", "turn", "kind", "ttft_s"}
     read = _tag_runs if repeated_runs else _read
