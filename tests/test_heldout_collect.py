@@ -24,20 +24,27 @@ def collect(tarball: Path, dest: Path, *extra: str, run: int | str | None = None
                           text=True, env=env)
 
 
-def frame(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path)
-    return df.sort_values(list(df.columns[:3])).reset_index(drop=True)
+def files(root: Path) -> list[str]:
+    """The files under `root`, relative to it, but a README (the shipped folders' own text, which collect.sh does not
+    make)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != "README.md")
+
+
+def assert_as_shipped(made: Path, shipped: Path) -> list[str]:
+    """Every file collect.sh made in `made` is byte for byte the shipped one of that name; the names made."""
+    names = files(made)
+    for name in names:
+        assert (made / name).read_bytes() == (shipped / name).read_bytes(), name
+    return names
 
 
 def test_the_h100_run_is_what_collect_makes_of_its_tarball(tmp_path):
     shipped = REPO / "data" / "reference" / "h100" / "heldout" / "run1"
     out = collect(shipped / "replay.tar.gz", tmp_path / "run1")
     assert out.returncode == 0, out.stderr
-    made = sorted(str(p.relative_to(tmp_path / "run1")) for p in (tmp_path / "run1").rglob("*") if p.is_file())
+    made = assert_as_shipped(tmp_path / "run1", shipped)
     assert "partial.sessions.csv" not in made  # every engine finished the τ² set
     assert "swe-heldout/sessions.csv" in made  # and the SWE set is collected beside it
-    for name in made:
-        assert (tmp_path / "run1" / name).read_bytes() == (shipped / name).read_bytes(), name
 
 
 def test_the_h100_run_2_is_what_collect_makes_of_run_1s_tarball(tmp_path):
@@ -45,11 +52,7 @@ def test_the_h100_run_2_is_what_collect_makes_of_run_1s_tarball(tmp_path):
     shipped = REPO / "data" / "reference" / "h100" / "heldout"
     out = collect(shipped / "run1" / "replay.tar.gz", tmp_path / "run2", run=2)
     assert out.returncode == 0, out.stderr
-    made = sorted(str(p.relative_to(tmp_path / "run2")) for p in (tmp_path / "run2").rglob("*") if p.is_file())
-    assert made == sorted(str(p.relative_to(shipped / "run2")) for p in (shipped / "run2").rglob("*")
-                          if p.is_file() and p.name != "README.md")
-    for name in made:
-        assert (tmp_path / "run2" / name).read_bytes() == (shipped / "run2" / name).read_bytes(), name
+    assert assert_as_shipped(tmp_path / "run2", shipped / "run2") == files(shipped / "run2")
 
 
 def test_the_h200_run_is_what_collect_makes_of_its_tarball_and_an_earlier_partial_goes(tmp_path):
@@ -65,10 +68,8 @@ def test_the_h200_run_is_what_collect_makes_of_its_tarball_and_an_earlier_partia
         "under way: none" in out.stdout
     assert (dest / "README.md").read_text() == "mine"
     assert not (dest / "partial.sessions.csv").exists()
-    made = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and p.name != "README.md")
+    made = assert_as_shipped(dest, shipped)
     assert "swe-heldout/sessions.csv" in made and "swe-heldout/compare.csv" not in made  # no Ostinato there yet
-    for name in made:
-        assert (dest / name).read_bytes() == (shipped / name).read_bytes(), name
 
 
 def with_swe_set(tmp_path: Path, name: str) -> tuple[Path, Path, Path]:
