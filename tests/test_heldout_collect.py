@@ -15,12 +15,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 COLLECT = REPO / "data" / "reference" / "h200" / "heldout" / "collect.sh"
+POOL = REPO / "data" / "reference" / "h200" / "heldout" / "pool.sh"
 BIN = str(Path(sys.executable).parent)
 
 
 def collect(tarball: Path, dest: Path, *extra: str, run: int | str | None = None) -> subprocess.CompletedProcess:
     env = {"BIN": BIN, "PATH": f"{BIN}:/usr/bin:/bin", **({"RUN": str(run)} if run is not None else {})}
     return subprocess.run(["bash", str(COLLECT), str(tarball), str(dest), *extra], cwd=REPO, capture_output=True,
+                          text=True, env=env)
+
+
+def pool(tarball: Path, dest: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {"BIN": BIN, "PATH": f"{BIN}:/usr/bin:/bin"}
+    return subprocess.run(["bash", str(POOL), str(tarball), str(dest), *extra], cwd=REPO, capture_output=True,
                           text=True, env=env)
 
 
@@ -53,6 +60,36 @@ def test_the_h100_run_2_is_what_collect_makes_of_run_1s_tarball(tmp_path):
     out = collect(shipped / "run1" / "replay.tar.gz", tmp_path / "run2", run=2)
     assert out.returncode == 0, out.stderr
     assert assert_as_shipped(tmp_path / "run2", shipped / "run2") == files(shipped / "run2")
+
+
+def test_the_h100_runs_pooled_are_what_pool_makes_of_the_tarball(tmp_path):
+    """pooled/ takes the τ² set's two runs as one comparison, every session run a session (#run1, #run2)."""
+    shipped = REPO / "data" / "reference" / "h100" / "heldout"
+    out = pool(shipped / "run1" / "replay.tar.gz", tmp_path / "pooled")
+    assert out.returncode == 0, out.stderr
+    assert "tau2-heldout: 2 runs; pooled: buun ktransformers-placement llama.cpp-expert-cache llama.cpp-layers " \
+        "ostinato" in out.stdout
+    assert assert_as_shipped(tmp_path / "pooled", shipped / "pooled") == files(shipped / "pooled")
+    sessions = pd.read_csv(tmp_path / "pooled" / "sessions.csv")
+    assert sorted(sessions.session.str.rsplit("#", n=1).str[1].unique()) == ["run1", "run2"]
+    assert (sessions.groupby("engine").size() == 20).all()
+
+
+@pytest.mark.parametrize("case", ["one-run", "no-ostinato-in-every-run"])
+def test_pool_refuses_what_it_cannot_pool(tmp_path, case):
+    if case == "one-run":
+        # the H200's tarball holds run 1 only
+        out = pool(REPO / "data" / "reference" / "h200" / "heldout" / "run1-borrow" / "replay.tar.gz", tmp_path / "x")
+        assert out.returncode == 2 and "holds 1 run(s) of tau2-heldout" in out.stderr
+    else:
+        # the H100's tarball as if Ostinato had not finished run 2's τ² set
+        tau2, _, tarball = with_swe_set(tmp_path, "no-ostinato")
+        (tau2.parent / "run2" / "tau2-heldout" / "ostinato.sessions.csv").unlink()
+        out = pool(repack(tau2.parent.parent, tarball), tmp_path / "x")
+        assert out.returncode == 2
+        assert "(buun ktransformers-placement llama.cpp-expert-cache llama.cpp-layers) do not include ostinato" \
+            in out.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_the_h200_run_is_what_collect_makes_of_its_tarball_and_an_earlier_partial_goes(tmp_path):
