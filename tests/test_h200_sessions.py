@@ -69,7 +69,7 @@ def _gpu_machine(tmp_path: Path, smi: str | None) -> str:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     if smi is not None:
-        (bindir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s\\n' '{smi}, 580.159.04, 81559, 5, 16'\n")
+        (bindir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s\\n' '{smi}, 580.159.04, 81559, 5, 16, GPU-0e1f2a3b-4c5d-6e7f-8091-a2b3c4d5e6f7'\n")
         (bindir / "nvidia-smi").chmod(0o755)
     script = f"set -euo pipefail; source {H200 / 'machine.sh'}; gpu_machine"
     env = {**os.environ, "PATH": f"{bindir}:{Path(sys.executable).parent}:/usr/bin:/bin",

@@ -516,6 +516,22 @@ def test_machine_description_is_kept_with_results():
     assert default_label("x", 2, ()) == "cpu-2c"
 
 
+def test_machine_description_names_the_boot_and_the_physical_gpu(tmp_path, monkeypatch):
+    """Machines lent one after another share a hostname and often a kernel: the boot id and the GPU's uuid tell
+    whether two replays ran on one machine and one card."""
+    from ostinato.machine import describe_machine
+
+    uuid = "GPU-0e1f2a3b-4c5d-6e7f-8091-a2b3c4d5e6f7"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '%s\\n' 'NVIDIA H100 80GB HBM3, 580.159.04, 81559, 5, 16, {uuid}'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    d = describe_machine().to_json()
+    assert d["label"] == "h100" and d["gpus"][0]["uuid"] == uuid and d["gpus"][0]["memory_total_mib"] == 81559
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    assert d["boot_id"] == (boot.read_text().strip() if boot.exists() else "")
+
+
 def test_changed_setup_is_refused_or_restarts_with_old_results_kept(fake_bin, fake_model, tmp_path):
     sessions = make_sessions(2, 2)
     out = tmp_path / "out"

@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-_GPU_FIELDS = ("name", "driver_version", "memory.total", "pcie.link.gen.max", "pcie.link.width.max")
+_GPU_FIELDS = ("name", "driver_version", "memory.total", "pcie.link.gen.max", "pcie.link.width.max", "uuid")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Gpu:
     memory_total_mib: int | None
     pcie_gen: str
     pcie_width: str
+    uuid: str = ""  # the physical card: two replays with the same uuid ran on the same GPU
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Machine:
     os: str = ""
     kernel: str = ""
     python: str = ""
+    boot_id: str = ""  # this boot of this machine: replays with the same boot_id ran on one machine, unrestarted
 
     def to_json(self) -> dict:
         """Return the description as a JSON-ready dict."""
@@ -89,8 +91,17 @@ def _gpus() -> tuple[Gpu, ...]:
         if len(parts) != len(_GPU_FIELDS):
             continue
         mem = int(parts[2]) if parts[2].isdigit() else None
-        gpus.append(Gpu(parts[0], parts[1], mem, parts[3], parts[4]))
+        gpus.append(Gpu(parts[0], parts[1], mem, parts[3], parts[4], parts[5]))
     return tuple(gpus)
+
+
+def _boot_id() -> str:
+    """Return this boot's random id (Linux; "" elsewhere): machines lent one after another may share a hostname and a
+    kernel, not a boot id."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 def default_label(cpu_model: str, cores: int, gpus: tuple[Gpu, ...]) -> str:
@@ -117,4 +128,5 @@ def describe_machine(label: str | None = None) -> Machine:
         os=platform.platform(),
         kernel=platform.release(),
         python=platform.python_version(),
+        boot_id=_boot_id(),
     )
