@@ -93,10 +93,12 @@ OVERLAP_ARGS = ("--residency-branches", "overlap")
 
 
 def _ostinato_overlap(budget: ExpertBudget, plan: str | None, upload_min: int) -> EngineConfig:
-    """`ostinato` with the split path's branches overlapped (the CPU's cold routes while the GPU's resident ones)."""
+    """`ostinato` with the split path's branches set to overlap (the CPU's cold routes while the GPU's resident ones;
+    with one GPU llama.cpp's scheduler still runs them in turn: engine/README.md, "Overlapped branches")."""
     base = _ostinato(budget, plan, upload_min)
     return EngineConfig("ostinato-overlap", "ostinato", base.server_args + OVERLAP_ARGS, {},
-                        base.description + "; a split-path pass computes its CPU branch while its GPU branch runs")
+                        base.description + "; a split-path pass does not wait for its GPU branch before its CPU branch "
+                                           "(with one GPU llama.cpp's scheduler still does)")
 
 
 # the engine flag that makes a decode step one graph per GPU, its cold routes on a resident CPU worker
@@ -147,7 +149,8 @@ def _ostinato_native_prefill_overlap(budget: ExpertBudget, plan: str | None, upl
     """Table 8's ablation step 4, "+ overlapped branches": native prefill, decode steps overlap their branches."""
     base = _ostinato_native_prefill(budget, plan, upload_min)
     return EngineConfig("ostinato-native-prefill-overlap", "ostinato", base.server_args + OVERLAP_ARGS, base.env,
-                        base.description + "; a decode step computes its CPU branch while its GPU branch runs")
+                        base.description + "; a decode step does not wait for its GPU branch before its CPU branch "
+                                           "(with one GPU llama.cpp's scheduler still does)")
 
 
 # The largest pass llama.cpp's expert cache serves (the paper, Section 2).
