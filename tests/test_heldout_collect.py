@@ -62,17 +62,23 @@ def test_the_h100_run_2_is_what_collect_makes_of_run_1s_tarball(tmp_path):
     assert assert_as_shipped(tmp_path / "run2", shipped / "run2") == files(shipped / "run2")
 
 
-def test_the_h100_runs_pooled_are_what_pool_makes_of_the_tarball(tmp_path):
-    """pooled/ takes the τ² set's two runs as one comparison, every session run a session (#run1, #run2)."""
+@pytest.mark.parametrize("set_, sub, engines, n", [
+    ("tau2-heldout", "", "buun ktransformers-placement llama.cpp-expert-cache llama.cpp-layers ostinato", 20),
+    # run 2's SWE set is under way: the engines that finished it in both runs
+    ("swe-heldout", "swe-heldout", "buun llama.cpp-layers ostinato", 4)])
+def test_the_h100_runs_pooled_are_what_pool_makes_of_the_tarball(tmp_path, set_, sub, engines, n):
+    """pooled/ takes a set's two runs as one comparison, every session run a session (#run1, #run2); pooled/swe-heldout/
+    the SWE set's."""
     shipped = REPO / "data" / "reference" / "h100" / "heldout"
-    out = pool(shipped / "run1" / "replay.tar.gz", tmp_path / "pooled")
+    out = pool(shipped / "run1" / "replay.tar.gz", tmp_path / "pooled", *([set_] if sub else []))
     assert out.returncode == 0, out.stderr
-    assert "tau2-heldout: 2 runs; pooled: buun ktransformers-placement llama.cpp-expert-cache llama.cpp-layers " \
-        "ostinato" in out.stdout
-    assert assert_as_shipped(tmp_path / "pooled", shipped / "pooled") == files(shipped / "pooled")
+    assert f"{set_}: 2 runs; pooled: {engines}" in out.stdout
+    want = shipped / "pooled" / sub
+    assert assert_as_shipped(tmp_path / "pooled", want) == [f for f in files(want) if sub or "/" not in f]
     sessions = pd.read_csv(tmp_path / "pooled" / "sessions.csv")
     assert sorted(sessions.session.str.rsplit("#", n=1).str[1].unique()) == ["run1", "run2"]
-    assert (sessions.groupby("engine").size() == 20).all()
+    assert (sessions.groupby("engine").size() == n).all()
+    assert sorted(sessions.engine.unique()) == engines.split()
 
 
 @pytest.mark.parametrize("case", ["one-run", "no-ostinato-in-every-run"])
