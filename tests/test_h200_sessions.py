@@ -113,8 +113,23 @@ def test_the_resumed_tarball_is_the_one_of_the_gpu_that_runs(tmp_path):
         (resume / gpu / "replay.tar.gz").write_bytes(gpu.encode())
     assert _carried_resume(tmp_path, "h100") == ".carry/resume/h100/replay.tar.gz"
     assert _carried_resume(tmp_path, "h200") == ".carry/resume/h200/replay.tar.gz"
-    (resume / "h200" / "replay.tar.gz").unlink()
-    assert _carried_resume(tmp_path, "h200") == ".carry/resume/replay.tar.gz"
+
+
+def test_without_a_carried_tarball_a_gpu_resumes_its_shipped_run(tmp_path):
+    """Without .carry/resume/ each GPU model resumes its shipped run (it travels with the tracked files), the one carry.sh
+    carries; a carried one comes first, and a GPU model without a shipped run resumes nothing."""
+    shipped = {"h100": "data/reference/h100/heldout/run1/replay.tar.gz",
+               "h200": "data/reference/h200/heldout/run1-borrow/replay.tar.gz"}
+    for gpu, path in shipped.items():
+        assert (H200.parents[2] / path).is_file()
+        (tmp_path / path).parent.mkdir(parents=True)
+        (tmp_path / path).write_bytes(gpu.encode())
+        assert _carried_resume(tmp_path, gpu) == path
+    assert _carried_resume(tmp_path, "a100") == ""
+    (tmp_path / ".carry" / "resume" / "h100").mkdir(parents=True)
+    (tmp_path / ".carry" / "resume" / "h100" / "replay.tar.gz").write_bytes(b"carried")
+    assert _carried_resume(tmp_path, "h100") == ".carry/resume/h100/replay.tar.gz"
+    assert _carried_resume(tmp_path, "h200") == shipped["h200"]
 
 
 def test_heldout_run_resumes_only_the_carried_tarball_of_its_gpu():

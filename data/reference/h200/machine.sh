@@ -10,13 +10,26 @@ gpu_machine() {
   python3 -c 'from ostinato.machine import describe_machine; print(describe_machine().label)'
 }
 
+# the shipped held-out run whose replay.tar.gz a GPU model (the label, $1) resumes: ../carry.sh copies it into
+# .carry/resume/<label>/, and it travels with the tracked files in any case
+shipped_resume() {
+  case "$1" in
+    h200) echo data/reference/h200/heldout/run1-borrow/replay.tar.gz ;;
+    h100) echo data/reference/h100/heldout/run1/replay.tar.gz ;;
+  esac
+}
+
 # the replay tarball carried for this machine's GPU model: .carry/resume/<label>/replay.tar.gz, else
-# .carry/resume/replay.tar.gz, else nothing. A call learns its GPU only when it runs, so a tarball per GPU model can be
-# carried at once; one of another GPU model's replays is never used, since replays compare only within one GPU model
+# .carry/resume/replay.tar.gz, else the shipped one of its GPU model (`shipped_resume`, in the working tree), else
+# nothing. A call learns its GPU only when it runs, so a tarball per GPU model can be carried at once; one of another
+# GPU model's replays is never used, since replays compare only within one GPU model. Where the shipped tarball is the
+# latest (a device session's tarball collected and committed), a call needs no .carry/resume/: it saves the 64 MiB a
+# call carries for other things
 carried_resume() {
-  local f
-  for f in ".carry/resume/$(gpu_machine)/replay.tar.gz" .carry/resume/replay.tar.gz; do
-    if [ -f "$f" ]; then echo "$f"; return 0; fi
+  local f label
+  label=$(gpu_machine)
+  for f in ".carry/resume/$label/replay.tar.gz" .carry/resume/replay.tar.gz "$(shipped_resume "$label")"; do
+    if [ -n "$f" ] && [ -f "$f" ]; then echo "$f"; return 0; fi
   done
 }
 

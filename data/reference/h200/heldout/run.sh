@@ -25,7 +25,9 @@
 #                                   optional: a previous session's replay.tar.gz, one per GPU model (<gpu>: the machine
 #                                   label, h200 or h100, `gpu_machine` in ../machine.sh), so that both can be carried
 #                                   before the device tool says which GPU a call gets; the one of this machine's GPU
-#                                   is used (else .carry/resume/replay.tar.gz). Its finished timed replays (not the
+#                                   is used (else .carry/resume/replay.tar.gz, else the shipped run of this GPU model,
+#                                   which travels with the tracked files: `shipped_resume`, ../machine.sh; so a call
+#                                   need not carry one that is shipped already). Its finished timed replays (not the
 #                                   bitwise check's, which this machine replays whole) are kept when
 #                                   this machine's plans and borrow parameters (`carried_inputs`) are the ones they ran
 #                                   with and its engine build the one they
