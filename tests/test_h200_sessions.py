@@ -167,3 +167,46 @@ def test_heldout_run_makes_the_borrow_parameters_before_it_keeps_replays():
     assert re.search(r"carried_plans\(\) \{\n  carried_inputs \"\$RESUME\" ", text)
     plans, touch = text.index('rc=0; plans "$left"'), text.index("--touch $done_csv")
     assert plans < touch
+
+
+_FAKE_PYTHON = """#!/bin/bash
+# python3 as the held-out run.sh calls it, its engine build and snakemake replaced by timed events
+log() { echo "$1 $(date +%s.%N)" >> "$EVENTS"; }
+case "$1 $2" in
+  "-m pip") exit 0 ;;
+  "-m ostinato")
+    if [ "$3 $4" = "engine build" ]; then
+      v=$(echo "$@" | sed 's/.*--variants \\([^ ]*\\).*/\\1/')
+      log "build:$v:start"; sleep 1.5; echo log >> "$OUT/build.log"; echo "[engine] $v: done in 1 s"; log "build:$v:end"
+    fi
+    exit 0 ;;
+  "-m snakemake") log "snakemake:start"; sleep 0.3; log "snakemake:end"; exit 0 ;;
+esac
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+def test_the_heldout_build_call_makes_the_plans_while_ostinato_compiles(tmp_path):
+    """`run.sh build` starts the model, the development routing and the plans (snakemake) once the stock variant is
+    built and before ostinato's compilation ends: they need the stock build alone (tests/test_workflow.py), and after
+    the whole build they took the first replay call's first 100 s or so."""
+    for name in ("heldout/run.sh", "prebuilt.sh", "sessions.sh", "machine.sh"):
+        (tmp_path / "h200" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "h200" / name).write_text((H200 / name).read_text())
+    (tmp_path / ".carry" / "sessions").mkdir(parents=True)
+    (tmp_path / ".carry" / "sessions" / "tau2-heldout.jsonl").write_text("{}\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(_FAKE_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    events, out = tmp_path / "events.txt", tmp_path / "out"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "REAL_PYTHON": sys.executable,
+           "EVENTS": str(events), "OUT": str(out), "CALL": "100", "OP_TESTS": "0", "TESTS": "0"}
+    proc = subprocess.run(["bash", "h200/heldout/run.sh", "build"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    order = [line.split()[0] for line in sorted(events.read_text().splitlines(), key=lambda l: float(l.split()[1]))]
+    assert order[:2] == ["build:stock:start", "build:stock:end"], order
+    assert order.index("snakemake:start") < order.index("build:stock,ostinato:end"), order
+    assert "model and plans, beside ostinato's compilation: snakemake rc=0" in proc.stdout
+    assert (out / "build.txt").read_text().count("done in") == 2

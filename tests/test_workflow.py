@@ -337,3 +337,39 @@ def test_bitwise_variants_of_the_default_and_the_gpu_config():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "bitwise/tau2-heldout/inturn.json" in proc.stdout and "bitwise/tau2-heldout/overlap.json" in proc.stdout
     assert "bitwise/tau2-heldout/graph" not in proc.stdout
+
+
+def _job_stats(out: str) -> dict[str, int]:
+    """The rules and job counts of a dry run's `Job stats` table."""
+    table = out.split("Job stats:", 1)[1].split("\ntotal", 1)[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"(?m)^(\w+)\s+(\d+)$", table)}
+
+
+def test_the_gpu_build_call_makes_the_plans_on_the_stock_build_alone(tmp_path):
+    """The held-out GPU build call (data/reference/h200/heldout/run.sh build) makes the model, the development routing
+    and the plans while the ostinato variant compiles: with only the stock build there, they need no engine build,
+    so snakemake never starts a second one beside it."""
+    for entry in subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                                check=True).stdout.split():
+        top = entry.split("/", 1)[0]
+        if not (tmp_path / top).exists():
+            (tmp_path / top).symlink_to(REPO / top)
+    stock = tmp_path / "build" / "engine" / "cpu" / "stock"
+    (stock / "bin").mkdir(parents=True)
+    (tmp_path / "build" / "engine" / "cpu" / "tree").mkdir()
+    for f in ("bin/llama-server", "bin/llama-bench", "manifest.json"):
+        (stock / f).write_text("")
+    plans = ["results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json",
+             "results/residency/replay/v4flash-slice-8-calibrated.borrow.json"]
+    args = ("-n", "--quiet", "rules", "--cores", "16", "--configfile", "config/h200.yaml",
+            "--config", "engine={backend: cpu}", "--", *plans)
+    proc = _snakemake(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs = _job_stats(proc.stdout)
+    assert {"synth_model", "record_routing", "plan_replay_residency", "tune_borrow"} <= set(jobs), jobs
+    assert "build_engine" not in jobs, jobs
+    (stock / "manifest.json").unlink()  # no stock build yet: the plans wait for one
+    proc = _snakemake(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "build_engine" in _job_stats(proc.stdout)
+
