@@ -372,4 +372,3 @@ def test_the_gpu_build_call_makes_the_plans_on_the_stock_build_alone(tmp_path):
     proc = _snakemake(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "build_engine" in _job_stats(proc.stdout)
-
