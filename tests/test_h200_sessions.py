@@ -180,16 +180,20 @@ case "$1 $2" in
       log "build:$v:start"; sleep 1.5; echo log >> "$OUT/build.log"; echo "[engine] $v: done in 1 s"; log "build:$v:end"
     fi
     exit 0 ;;
-  "-m snakemake") log "snakemake:start"; sleep 0.3; log "snakemake:end"; exit 0 ;;
+  "-m snakemake")
+    log "snakemake:start"; sleep 0.3; log "snakemake:end"
+    # SNAKEMAKE_FAILS=N: the first N runs fail (a call's plans cut short)
+    n=$(( $(cat "$EVENTS.smk" 2>/dev/null || echo 0) + 1 )); echo $n > "$EVENTS.smk"
+    exit $(( n <= ${SNAKEMAKE_FAILS:-0} )) ;;
+  "-m pytest") log "tests:start"; sleep 0.3; log "tests:end"; echo "1 passed"; exit 0 ;;
 esac
 exec "$REAL_PYTHON" "$@"
 """
 
 
-def test_the_heldout_build_call_makes_the_plans_while_ostinato_compiles(tmp_path):
-    """`run.sh build` starts the model, the development routing and the plans (snakemake) once the stock variant is
-    built and before ostinato's compilation ends: they need the stock build alone (tests/test_workflow.py), and after
-    the whole build they took the first replay call's first 100 s or so."""
+def _run_heldout_build(tmp_path: Path, **env_extra: str) -> tuple[subprocess.CompletedProcess, list[str], Path]:
+    """`run.sh build` with python3's engine build, snakemake and pytest faked: its output, the order of their events
+    and its OUT."""
     for name in ("heldout/run.sh", "prebuilt.sh", "sessions.sh", "machine.sh"):
         (tmp_path / "h200" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "h200" / name).write_text((H200 / name).read_text())
@@ -201,12 +205,41 @@ def test_the_heldout_build_call_makes_the_plans_while_ostinato_compiles(tmp_path
     (bin_dir / "python3").chmod(0o755)
     events, out = tmp_path / "events.txt", tmp_path / "out"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "REAL_PYTHON": sys.executable,
-           "EVENTS": str(events), "OUT": str(out), "CALL": "100", "OP_TESTS": "0", "TESTS": "0"}
+           "EVENTS": str(events), "OUT": str(out), "CALL": "100", "OP_TESTS": "0", "TESTS": "0", **env_extra}
     proc = subprocess.run(["bash", "h200/heldout/run.sh", "build"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     order = [line.split()[0] for line in sorted(events.read_text().splitlines(), key=lambda l: float(l.split()[1]))]
+    return proc, order, out
+
+
+def test_the_heldout_build_call_makes_the_plans_while_ostinato_compiles(tmp_path):
+    """`run.sh build` starts the model, the development routing and the plans (snakemake) once the stock variant is
+    built and before ostinato's compilation ends: they need the stock build alone (tests/test_workflow.py), and after
+    the whole build they took the first replay call's first 100 s or so."""
+    proc, order, out = _run_heldout_build(tmp_path)
     assert order[:2] == ["build:stock:start", "build:stock:end"], order
     assert order.index("snakemake:start") < order.index("build:stock,ostinato:end"), order
     assert "model and plans, beside ostinato's compilation: snakemake rc=0" in proc.stdout
     assert (out / "build.txt").read_text().count("done in") == 2
+
+
+def test_the_heldout_build_call_finishes_plans_cut_short_beside_the_engine_tests(tmp_path):
+    """Where the plans made beside the compilation fail (cut short), `run.sh build` makes what is left of them after
+    the build while the engine tests run (once), and says how the second try ended."""
+    proc, order, _ = _run_heldout_build(tmp_path, SNAKEMAKE_FAILS="1", TESTS="1", PLANS_MIN="0")
+    assert "model and plans, beside ostinato's compilation: snakemake rc=1" in proc.stdout
+    assert "model and plans: snakemake rc=0" in proc.stdout
+    assert order.count("snakemake:start") == 2 and order.count("tests:start") == 1, order
+    built = order.index("build:stock,ostinato:end")
+    second = len(order) - 1 - order[::-1].index("snakemake:start")
+    assert built < second and built < order.index("tests:start") < order.index("snakemake:end", second), order
+
+
+def test_the_heldout_build_call_runs_the_engine_tests_once_after_plans_made_beside_the_build(tmp_path):
+    """With the plans made beside the compilation, `run.sh build` runs the engine tests once (TESTS=1) and snakemake
+    no second time."""
+    proc, order, _ = _run_heldout_build(tmp_path, TESTS="1")
+    assert order.count("snakemake:start") == 1 and order.count("tests:start") == 1, order
+    assert order.index("build:stock,ostinato:end") < order.index("tests:start"), order
+    assert "model and plans: snakemake rc" not in proc.stdout
