@@ -359,8 +359,13 @@ def test_the_gpu_build_call_makes_the_plans_on_the_stock_build_alone(tmp_path):
     (tmp_path / "build" / "engine" / "cpu" / "tree").mkdir()
     for f in ("bin/llama-server", "bin/llama-bench", "manifest.json"):
         (stock / f).write_text("")
-    plans = ["results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json",
-             "results/residency/replay/v4flash-slice-8-calibrated.borrow.json"]
+    # the targets run.sh's `plans` gives snakemake on an H100 (`carried_plans`: `carried_inputs` of the shipped tarball)
+    plans = subprocess.run(
+        ["bash", "-c", 'source data/reference/h200/machine.sh; carried_inputs "$1" "$2"', "_",
+         "data/reference/h100/heldout/run1/replay.tar.gz",
+         "results/residency/replay/v4flash-slice-8-calibrated.frequency.plan.json"],
+        cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    assert "results/residency/replay/v4flash-slice-8-calibrated.borrow.json" in plans, plans
     args = ("-n", "--quiet", "rules", "--cores", "16", "--configfile", "config/h200.yaml",
             "--config", "engine={backend: cpu}", "--", *plans)
     proc = _snakemake(*args, cwd=tmp_path)
