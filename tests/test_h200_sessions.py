@@ -90,7 +90,7 @@ def test_the_measured_series_take_the_label_of_the_gpu_that_ran(tmp_path, smi, l
 def test_every_gpu_snakemake_call_sets_the_machine_label(script):
     text = (H200 / script).read_text()
     assert 'source "$(dirname "$0")/../machine.sh"' in text
-    calls = text.count("python3 -m snakemake --cores all")
+    calls = len(re.findall(r"python3 -m snakemake (?:--nolock )?--cores all", text))
     assert calls and text.count('"machine=$(gpu_machine)"') == (1 if script == "heldout/run.sh" else calls)
 
 
@@ -181,6 +181,10 @@ case "$1 $2" in
     fi
     exit 0 ;;
   "-m snakemake")
+    # a lock a stopped call left refuses every run but one with --nolock, as snakemake's LockException does
+    if [ -n "$(ls .snakemake/locks 2>/dev/null)" ] && [[ " $* " != *" --nolock "* ]]; then
+      echo "LockException: Directory cannot be locked" >&2; exit 1
+    fi
     log "snakemake:start"; sleep 0.3; log "snakemake:end"
     # SNAKEMAKE_FAILS=N: the first N runs fail (a call's plans cut short)
     n=$(( $(cat "$EVENTS.smk" 2>/dev/null || echo 0) + 1 )); echo $n > "$EVENTS.smk"
@@ -234,6 +238,17 @@ def test_the_heldout_build_call_finishes_plans_cut_short_beside_the_engine_tests
     built = order.index("build:stock,ostinato:end")
     second = len(order) - 1 - order[::-1].index("snakemake:start")
     assert built < second and built < order.index("tests:start") < order.index("snakemake:end", second), order
+
+
+def test_the_heldout_calls_run_snakemake_past_the_lock_a_stopped_call_left(tmp_path):
+    """The device tool stops a call at its limit, snakemake's lock stays in .snakemake/locks, and the next call's
+    snakemake refused to run (an H100 call of 2026-12-07 lost its time so): run.sh's snakemake runs without the lock,
+    as it is the only snakemake on the GPU machine (a call runs after the previous one ended)."""
+    (tmp_path / ".snakemake" / "locks").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "locks" / "0.input.lock").write_text("results/replay/sessions.csv\n")
+    proc, order, _ = _run_heldout_build(tmp_path)
+    assert "model and plans, beside ostinato's compilation: snakemake rc=0" in proc.stdout
+    assert order.count("snakemake:start") == 1, order
 
 
 def test_the_heldout_build_call_runs_the_engine_tests_once_after_plans_made_beside_the_build(tmp_path):

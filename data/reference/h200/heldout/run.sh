@@ -58,6 +58,8 @@
 # Each call leaves $OUT/replay.tar.gz (results/replay, the plans and development profile, the logs; no routing traces)
 # and the snakemake log (default OUT: out/ beside this script); on a CPU machine, collect.sh makes a run folder of it.
 set -euo pipefail
+# CALL (below) counts from here: the wheels' install and the pack's gathering are part of the call's time
+start=$(date +%s)
 part=${1:?usage: run.sh build|tests|replay|pack|stage}
 OUT=${OUT:-$(dirname "$0")/out}
 mkdir -p "$OUT"
@@ -86,10 +88,12 @@ if [ "${BITWISE_ALONE:-0}" = 1 ]; then
 fi
 CONFIG+=(--config "engine={backend: cuda, cuda_arch: '', source_tarball: .carry/llama.cpp-b11312.tar.gz}"
          "machine=$(gpu_machine)")
+# --nolock: a call the device tool stopped at its limit leaves snakemake's lock behind, which refused the next call's
+# snakemake (LockException); here snakemake runs only from this script, one call after the other, never twice at once
 smk() {
-  timeout -k 20 "$1" python3 -m snakemake --cores all --scheduler greedy "${CONFIG[@]}" --rerun-triggers mtime --keep-going "${@:2}"
+  timeout -k 20 "$1" python3 -m snakemake --nolock --cores all --scheduler greedy "${CONFIG[@]}" --rerun-triggers mtime \
+      --keep-going "${@:2}"
 }
-start=$(date +%s)
 if [ "$part" != build ] && [ "$part" != pack ]; then unpack_prebuilt; fi
 # the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
 TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json
@@ -99,9 +103,12 @@ TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldo
 LEGACY_SOURCES="stock=34802f6948a24845ec79ea84ee75d5d013d28f137ed5c1429cd081d8a13f9c82
   ostinato=64362b118684f74a887e788c30310999fe75005c9772a98bf1b5e33b11f4b340"
 CALL=${CALL:-555}        # seconds this call may take in all (the device tool stops a call at 600 s: snakemake
-                         # needs up to 20 s to stop, the tarball a few to be written). A session is replayed whole
-                         # or again, so the longest one (a held-out SWE session: 96 requests, 23,611 output tokens,
-                         # about 400 s at 12 ms per token) must fit in one call with the server's start
+                         # needs up to 20 s to stop, the tarball a few to be written, and the carried files take some
+                         # seconds to arrive before this script starts: give the device tool a timeout_s of at least
+                         # CALL + 45; with CALL + 20 a call of 2026-12-07 was stopped before its tarball was
+                         # written). A session is replayed whole or again, so the longest one (a held-out SWE session:
+                         # 96 requests, 23,611 output tokens, about 400 s at 12 ms per token) must fit in one call with
+                         # the server's start
 
 # the carried tarball of this machine's GPU model, if any (../machine.sh)
 RESUME=$(carried_resume)
@@ -158,7 +165,7 @@ print(" ".join(k + "=" + v["preset"] for k, v in e.items() if v and v.get("prese
           done_csv=$(echo "$done_csv" | grep -vx "$dir.sessions.csv" || true)
         done
       fi
-      [ -n "$done_csv" ] && python3 -m snakemake --cores 1 "${CONFIG[@]}" --touch $done_csv \
+      [ -n "$done_csv" ] && python3 -m snakemake --nolock --cores 1 "${CONFIG[@]}" --touch $done_csv \
           > "$OUT/snakemake-touch.log" 2>&1
       echo "resume: $(echo $done_csv | wc -w) finished replays carried (the others are replayed again)"
     else
