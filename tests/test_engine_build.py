@@ -189,3 +189,105 @@ def test_engine_tests_take_a_smaller_build_from_the_environment(monkeypatch):
     monkeypatch.setenv("OSTINATO_ENGINE_OP_TESTS", "no")
     with pytest.raises(pytest.UsageError, match="OSTINATO_ENGINE_OP_TESTS='no'"):
         engine_request()
+
+
+def _fake_stage_build(monkeypatch, tmp_path, fail_once: str | None):
+    """`stages.build` on a small git tree with its patches and cmake faked: which stages were applied, compiled and
+    cleaned. A stage named by `fail_once` stops in its first compilation, as a build the device tool stopped."""
+    from ostinato.engine import stages
+    from ostinato.engine.backend import resolve_backend
+    from ostinato.engine.gitutil import git
+    from ostinato.engine.source import UPSTREAM_TAG
+
+    out = tmp_path / "out"
+    tree = out / "tree"
+    tree.mkdir(parents=True)
+    git(tree, "init", "-q")
+    (tree / "llama.c").write_text("int llama;\n")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "--no-verify", "-m", "upstream")
+    git(tree, "tag", UPSTREAM_TAG)
+    events: list[str] = []
+    failed: list[str] = []
+
+    def apply_stage(t, engine, stage):  # the upstream stage has no patches; a commit of its own here
+        events.append(f"apply:{stage}")
+        (t / f"{stage}.c").write_text(f"int {stage};\n")
+        git(t, "add", "-A")
+        git(t, "commit", "-q", "--no-verify", "-m", stage)
+
+    def run(cmd, log, cwd=None, env=None):
+        stage = git(tree, "log", "-1", "--format=%s").strip()
+        if "--build" not in cmd:
+            bdir = Path(cmd[cmd.index("-B") + 1])
+            bdir.mkdir(parents=True, exist_ok=True)
+            (bdir / "CMakeCache.txt").write_text("")
+            return
+        if "clean" in cmd:
+            events.append(f"clean:{stage}")
+            return
+        events.append(f"compile:{stage}")
+        if stage == fail_once and not failed:
+            failed.append(stage)
+            raise RuntimeError("cmake --build failed")
+        bin_dir = Path(cmd[cmd.index("--build") + 1]) / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for t in cmd[cmd.index("--target") + 1:]:
+            (bin_dir / t).write_text(stage)
+
+    monkeypatch.setattr(stages, "apply_stage", apply_stage)
+    monkeypatch.setattr(stages, "_run", run)
+    req = stages.BuildRequest(repo=REPO, out=out, backend=resolve_backend("cpu"), variants=("stock", "ostinato"))
+    return req, tree, events
+
+
+def test_an_interrupted_compilation_resumes_on_the_stages_tree(monkeypatch, tmp_path):
+    """A build stopped while the ostinato stage compiled (a GPU call's limit) goes on from the tree it left: its patches
+    are not applied again (which gave every patched file a new time and recompiled the stage from its first object, about
+    300 s of an H100 call), and a stage whose inputs changed since is applied again."""
+    from ostinato.engine import stages
+    from ostinato.engine.gitutil import git
+
+    req, tree, events = _fake_stage_build(monkeypatch, tmp_path, fail_once="ostinato")
+    with pytest.raises(RuntimeError, match="cmake --build failed"):
+        stages.build(req, progress=events.append)
+    assert read_manifest(req.out, "ostinato") is None and read_manifest(req.out, "stock") is not None
+    patched = (tree / "ostinato.c").stat().st_mtime_ns
+    events.clear()
+    built = stages.build(req, progress=events.append)
+    assert "apply:ostinato" not in events and "[engine] stock: up to date" in events
+    assert "[engine] ostinato: tree at stage/ostinato from these inputs, resuming its compilation" in events
+    assert (tree / "ostinato.c").stat().st_mtime_ns == patched
+    assert built["ostinato"].fingerprint == stages.variant_fingerprint(req, "ostinato")
+    assert (req.out / "ostinato" / "bin" / "llama-server").read_text() == "ostinato"
+    # a tree whose stage tag was made from other inputs (an edited patch) is made again
+    events.clear()
+    (req.out / "ostinato" / "manifest.json").unlink()
+    git(tree, "tag", "-f", "-a", "stage/ostinato", "-m", "0" * 64)
+    stages.build(req, progress=events.append)
+    assert "apply:ostinato" in events and not any("resuming" in str(e) for e in events)
+
+
+def test_a_resumed_compilation_that_fails_compiles_once_more_from_clean_objects(monkeypatch, tmp_path):
+    """A compiler killed with the build can leave a truncated object that an incremental build keeps: a resumed
+    compilation that fails cleans the objects and compiles once more, and only then fails."""
+    from ostinato.engine import stages
+
+    req, _, events = _fake_stage_build(monkeypatch, tmp_path, fail_once="ostinato")
+    with pytest.raises(RuntimeError):
+        stages.build(req, progress=events.append)
+    events.clear()
+    calls = {"n": 0}
+    run = stages._run
+
+    def fail_first_resumed(cmd, log, cwd=None, env=None):
+        if "--build" in cmd and "clean" not in cmd and calls["n"] == 0:
+            calls["n"] += 1
+            raise RuntimeError("undefined reference in a truncated object")
+        run(cmd, log, cwd=cwd, env=env)
+
+    monkeypatch.setattr(stages, "_run", fail_first_resumed)
+    stages.build(req, progress=events.append)
+    assert "[engine] ostinato: the resumed compilation failed, compiling again from clean objects" in events
+    assert events.index("clean:ostinato") < events.index("compile:ostinato")
+    assert read_manifest(req.out, "ostinato") is not None

@@ -232,10 +232,19 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
         old = read_manifest(req.out, stage)
         head = git(tree, "rev-parse", "HEAD").strip()
         clean = not git(tree, "status", "--porcelain").strip()
-        if (old is not None and old.fingerprint == fp and git(tree, "tag", "-l", tag).strip() == tag and clean
-                and head == git(tree, "rev-parse", f"{tag}^{{commit}}").strip()):
+        at_tag = (git(tree, "tag", "-l", tag).strip() == tag and clean
+                  and head == git(tree, "rev-parse", f"{tag}^{{commit}}").strip())
+        # the tag of a stage applied for compiling is annotated with the fingerprint of the inputs it was made from
+        made_here = git(tree, "tag", "-l", "--format=%(contents)", tag).strip() == fp
+        resumed = False
+        if at_tag and old is not None and old.fingerprint == fp:
             # the tree is at this stage already and only targets are missing (e.g. the op tests): build just them
             progress(f"[engine] {stage}: tree at {tag}, adding targets")
+        elif at_tag and made_here:
+            # a compilation of this very tree was interrupted (no manifest yet): applying the patches again would give
+            # every patched file a new time and recompile what was compiled already, so the build goes on from there
+            progress(f"[engine] {stage}: tree at {tag} from these inputs, resuming its compilation")
+            resumed = True
         else:
             progress(f"[engine] {stage}: applying {len(stage_patches(engine, stage))} patch(es) on {base}")
             at_base = head == git(tree, "rev-parse", f"{base}^{{commit}}").strip()
@@ -244,14 +253,24 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
                 git(tree, "checkout", "-q", "-f", "--detach", base)
                 git(tree, "clean", "-q", "-fd")
             apply_stage(tree, engine, stage)
-            git(tree, "tag", "-f", tag)
+            git(tree, "tag", "-f", "-a", tag, "-m", fp)
         if not (bdir / "CMakeCache.txt").exists() or _cached_args(bdir) != args:
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
             _run(["cmake", "-S", str(tree), "-B", str(bdir), *gen, *args], log, env=env)
             (bdir / "ostinato-cmake-args.json").write_text(json.dumps(args))
         targets = stage_targets(req, stage)
         progress(f"[engine] {stage}: building {', '.join(targets)} ({req.backend.name}, {req.jobs} jobs)")
-        _run(["cmake", "--build", str(bdir), "-j", str(req.jobs), "--target", *targets], log, env=env)
+        compile_ = ["cmake", "--build", str(bdir), "-j", str(req.jobs), "--target", *targets]
+        try:
+            _run(compile_, log, env=env)
+        except RuntimeError:
+            if not resumed:
+                raise
+            # a compiler killed with the interrupted build can leave a truncated object newer than its source, which
+            # no incremental build replaces: once more from clean objects, then a failure is the code's
+            progress(f"[engine] {stage}: the resumed compilation failed, compiling again from clean objects")
+            _run(["cmake", "--build", str(bdir), "--target", "clean"], log, env=env)
+            _run(compile_, log, env=env)
         _install(bdir / "bin", req.out / stage / "bin", targets)
         made_from[stage] = fp
         check_inputs_unchanged(req, made_from)  # no manifest for binaries of inputs that changed while compiling
