@@ -55,7 +55,7 @@ def test_the_h100_run_is_what_collect_makes_of_its_tarball(tmp_path):
 
 
 def test_the_h100_run_2_is_what_collect_makes_of_run_1s_tarball(tmp_path):
-    """Run 2 (the engine order reversed) is under way in the tarball run 1 ships: its finished engines' tables."""
+    """Run 2 (the engine order reversed) is in the tarball run 1 ships: its engines' tables."""
     shipped = REPO / "data" / "reference" / "h100" / "heldout"
     out = collect(shipped / "run1" / "replay.tar.gz", tmp_path / "run2", run=2)
     assert out.returncode == 0, out.stderr
@@ -64,8 +64,7 @@ def test_the_h100_run_2_is_what_collect_makes_of_run_1s_tarball(tmp_path):
 
 @pytest.mark.parametrize("set_, sub, engines, n", [
     ("tau2-heldout", "", "buun ktransformers-placement llama.cpp-expert-cache llama.cpp-layers ostinato", 20),
-    # run 2's SWE set is under way: the engines that finished it in both runs
-    ("swe-heldout", "swe-heldout", "buun llama.cpp-expert-cache llama.cpp-layers ostinato", 4)])
+    ("swe-heldout", "swe-heldout", "buun ktransformers-placement llama.cpp-expert-cache llama.cpp-layers ostinato", 4)])
 def test_the_h100_runs_pooled_are_what_pool_makes_of_the_tarball(tmp_path, set_, sub, engines, n):
     """pooled/ takes a set's two runs as one comparison, every session run a session (#run1, #run2); pooled/swe-heldout/
     the SWE set's."""

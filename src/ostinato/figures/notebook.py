@@ -30,7 +30,8 @@ _COMPARE = [f"{_H200}/compare/run{i}" for i in (1, 2, 3)] + [f"{_H200}/baselines
 # whole held-out sessions on the calibrated-router model (config key figures.reference_heldout_runs)
 _HELDOUT = [f"{_H200}/heldout/run1", f"{_H200}/heldout/run1-repeat", f"{_H200}/heldout/run1-buun",
             f"{_H200}/heldout/run1-borrow", "data/reference/h100/heldout/run1",
-            "data/reference/h100/heldout/run1/swe-heldout", "data/reference/h100/heldout/run2"]
+            "data/reference/h100/heldout/run1/swe-heldout", "data/reference/h100/heldout/run2",
+            "data/reference/h100/heldout/run2/swe-heldout"]
 # Table 4 is about a Qwen3-MoE model: by default neither the default config's replay nor its simulator run counts.
 _QWEN_ONLY = {"table4"}
 
