@@ -234,15 +234,14 @@ def _build_locked(req: BuildRequest, progress) -> dict[str, VariantManifest]:
         clean = not git(tree, "status", "--porcelain").strip()
         at_tag = (git(tree, "tag", "-l", tag).strip() == tag and clean
                   and head == git(tree, "rev-parse", f"{tag}^{{commit}}").strip())
-        # the tag of a stage applied for compiling is annotated with the fingerprint of the inputs it was made from
-        made_here = git(tree, "tag", "-l", "--format=%(contents)", tag).strip() == fp
         resumed = False
         if at_tag and old is not None and old.fingerprint == fp:
             # the tree is at this stage already and only targets are missing (e.g. the op tests): build just them
             progress(f"[engine] {stage}: tree at {tag}, adding targets")
-        elif at_tag and made_here:
-            # a compilation of this very tree was interrupted (no manifest yet): applying the patches again would give
-            # every patched file a new time and recompile what was compiled already, so the build goes on from there
+        elif at_tag and git(tree, "tag", "-l", "--format=%(contents)", tag).strip() == fp:
+            # the tag, annotated with the fingerprint of the inputs its tree was made from, says a compilation of this
+            # very tree was interrupted (no manifest yet): applying the patches again would give every patched file a
+            # new time and recompile what was compiled already, so the build goes on from there
             progress(f"[engine] {stage}: tree at {tag} from these inputs, resuming its compilation")
             resumed = True
         else:
