@@ -1,5 +1,5 @@
-"""Carrying a built engine between machines (`ostinato engine pack-build` / `unpack-build`): the parts round-trip,
-broken or foreign packs are refused with errors that name the file."""
+"""Carrying a built engine between machines (`ostinato engine pack-build` / `repart-pack` / `unpack-build`): the parts
+round-trip, broken or foreign packs are refused with errors that name the file."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from ostinato.atomic import sha256_file
 from ostinato.cli import main
-from ostinato.engine.carry import PackIndex, pack_build, unpack_build
+from ostinato.engine.carry import PackIndex, pack_build, repart_pack, unpack_build
 from ostinato.engine.stages import VariantManifest, sources_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,6 +100,53 @@ def test_broken_or_missing_parts_are_refused_by_name(tmp_path):
     assert not (tmp_path / "dst" / "cuda" / "stock").exists()
     with pytest.raises(FileNotFoundError, match="expected one engine pack index"):
         unpack_build(tmp_path, tmp_path / "dst", REPO)
+
+
+def test_a_pack_cut_again_unpacks_the_same_build(tmp_path, capsys):
+    """`engine repart-pack`: a pack kept as two carried folders (.prebuilt-parts/ and .prebuilt/) is cut into parts of
+    another size, which unpack to the same files; a missing or broken part, or an output folder among the inputs, is
+    refused by name."""
+    built = _fake_build(tmp_path / "src" / "cuda", size=2 << 20)
+    _, index = pack_build(built, ("stock", "ostinato"), tmp_path / "pack", REPO, part_bytes=1 << 20)
+    assert len(index.parts) >= 5
+    parts, last = tmp_path / ".prebuilt-parts", tmp_path / ".prebuilt"
+    parts.mkdir(), last.mkdir()
+    for p in index.parts[:-1]:
+        shutil.copy(tmp_path / "pack" / p.name, parts)
+    shutil.copy(tmp_path / "pack" / index.parts[-1].name, last)
+    shutil.copy(tmp_path / "pack" / "engine-cuda.json", last)
+    out = tmp_path / "cut"
+    out.mkdir()
+    (out / "engine-cuda.tar.xz.09").write_bytes(b"stale")
+    assert main(["engine", "repart-pack", "--from", str(parts), "--from", str(last), "--out", str(out),
+                 "--part-size", "3"]) == 0
+    total = sum(p.bytes for p in index.parts)
+    n = -(-total // (3 << 20))
+    assert f"engine-cuda.json: stock, ostinato (cuda) in {n} part(s)" in capsys.readouterr().out
+    cut = PackIndex.load(out / "engine-cuda.json")
+    assert [p.name for p in cut.parts] == [f"engine-cuda.tar.xz.{i:02d}" for i in range(n)]
+    assert all(p.bytes == 3 << 20 for p in cut.parts[:-1]) and sum(p.bytes for p in cut.parts) == total
+    assert (cut.variants, cut.commit, cut.packed_at, cut.raw_bytes) == (
+        index.variants, index.commit, index.packed_at, index.raw_bytes)
+    assert sorted(p.name for p in out.iterdir()) == ["engine-cuda.json"] + [p.name for p in cut.parts]
+    assert unpack_build(out, tmp_path / "dst", REPO) == (cut, True)
+    for v in ("stock", "ostinato"):
+        for t in ("llama-server", "llama-bench"):
+            assert sha256_file(built / v / "bin" / t) == sha256_file(tmp_path / "dst" / "cuda" / v / "bin" / t)
+    # refused: the output among the inputs, a part missing from every folder, a broken part
+    assert main(["engine", "repart-pack", "--from", str(parts), "--from", str(last), "--out", str(last),
+                 "--part-size", "3"]) == 2
+    assert "must not be one of the folders the pack is read from" in capsys.readouterr().err
+    missing = parts / index.parts[1].name
+    data = missing.read_bytes()
+    missing.unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{missing.name}: part of engine-cuda.json missing \(looked in "):
+        repart_pack([parts, last], tmp_path / "cut2", 3 << 20)
+    missing.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(ValueError, match=rf"{missing.name}: size or sha256 differs"):
+        repart_pack([parts, last], tmp_path / "cut2", 3 << 20)
+    with pytest.raises(FileNotFoundError, match="expected one engine pack index"):
+        repart_pack([parts], tmp_path / "cut2", 3 << 20)
 
 
 def test_a_build_of_other_engine_sources_is_neither_packed_nor_unpacked(tmp_path):

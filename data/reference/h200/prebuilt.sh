@@ -4,7 +4,8 @@
 # the tracked files, .whl/ and .carry/ exceeds the 64 MiB that travel to the device in one call: the parts but the last
 # go in a `stage` call of their own, the last part and the index with the call that needs the build, sent at once,
 # since the machine is given back 30 s after a call). Stage calls add up: where the parts but the last and the
-# tracked files exceed 64 MiB together, several stage calls each carry some of the parts.
+# tracked files exceed 64 MiB together, several stage calls each carry some of the parts (`ostinato engine
+# repart-pack --part-size` cuts a pack into parts that fill each call: heldout/README.md, "Carrying the build").
 PACK_DIR=build/prebuilt
 
 # what the carried folders hold, copied where a later call on this warm machine finds it

@@ -217,6 +217,53 @@ def find_index(src: Path) -> Path:
     return found[0]
 
 
+def _checked_parts(index_path: Path, index: PackIndex, dirs: list[Path]) -> list[Path]:
+    """The index's parts in order, each from the first of dirs that holds it, refusing a missing or broken one."""
+    parts = []
+    for p in index.parts:
+        path = next((d / p.name for d in dirs if (d / p.name).is_file()), dirs[0] / p.name)
+        if not path.is_file():
+            where = ", ".join(str(d) for d in dirs)
+            raise FileNotFoundError(f"{path}: part of {index_path.name} missing (looked in {where})")
+        if path.stat().st_size != p.bytes or sha256_file(path) != p.sha256:
+            raise ValueError(f"{path}: size or sha256 differs from {index_path.name}'s (a broken copy)")
+        parts.append(path)
+    return parts
+
+
+def repart_pack(srcs: list[Path], dest: Path, part_bytes: int) -> tuple[Path, PackIndex]:
+    """Cut a pack again into parts of at most part_bytes in dest, with its index (the same build, commit and time
+    of packing; the parts' names and checksums new); the index is found in one of srcs, its parts in any of them.
+    Why: what a device call carries is bounded (64 MiB with the tracked files), so the part size decides how many
+    calls a pack takes; an existing pack is cut to fit them without the GPU machine that built it."""
+    if part_bytes < 1 << 20:
+        raise ValueError(f"part size of {part_bytes} bytes: expected at least 1 MiB (--part-size)")
+    srcs = [Path(s) for s in srcs]
+    found = [p for s in srcs if s.is_dir() for p in sorted(s.glob("engine-*.json"))]
+    if len(found) != 1:
+        raise FileNotFoundError(f"{', '.join(map(str, srcs))}: expected one engine pack index engine-<backend>.json "
+                                f"among them, found {len(found) or 'none'}")
+    index_path = found[0]
+    index = PackIndex.load(index_path)
+    dest = Path(dest)
+    if any(dest.resolve() == s.resolve() for s in srcs):
+        raise ValueError(f"--out {dest}: must not be one of the folders the pack is read from")
+    parts = _checked_parts(index_path, index, srcs)
+    dest.mkdir(parents=True, exist_ok=True)
+    prefix = dest / f"engine-{index.backend}.tar.xz"
+    for old in [*dest.glob(f"{prefix.name}.*"), dest / index_path.name]:
+        old.unlink(missing_ok=True)
+    writer = _PartWriter(prefix, part_bytes)
+    with writer, _PartReader(parts) as reader:
+        shutil.copyfileobj(reader, writer, 1 << 20)
+    new = PackIndex(**{**asdict(index), "parts": [PackPart(p.name, p.stat().st_size, sha256_file(p))
+                                                   for p in writer.paths]})
+    out = dest / index_path.name
+    with atomic_open(out) as f:
+        f.write(json.dumps(asdict(new), indent=2) + "\n")
+    return out, new
+
+
 def is_unpacked(index: PackIndex, engine_root: Path) -> bool:
     """The pack's variants are already under engine_root/<backend>/ (same fingerprints and sources, every target)."""
     out = Path(engine_root) / index.backend
@@ -237,14 +284,7 @@ def unpack_build(src: Path, engine_root: Path, repo: Path) -> tuple[PackIndex, b
     snakemake made from it stays up to date."""
     index_path = find_index(src)
     index = PackIndex.load(index_path)
-    parts = []
-    for p in index.parts:
-        path = index_path.parent / p.name
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: part of {index_path.name} missing")
-        if path.stat().st_size != p.bytes or sha256_file(path) != p.sha256:
-            raise ValueError(f"{path}: size or sha256 differs from {index_path.name}'s (a broken copy)")
-        parts.append(path)
+    parts = _checked_parts(index_path, index, [index_path.parent])
     for v, meta in index.variants.items():
         here = sources_fingerprint(Path(repo) / "engine", v)
         if meta["sources"] != here:

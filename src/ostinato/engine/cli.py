@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ostinato.engine.backend import BACKENDS, resolve_backend
-from ostinato.engine.carry import pack_build, unpack_build
+from ostinato.engine.carry import pack_build, repart_pack, unpack_build
 from ostinato.engine.devtree import export_tree, make_tree
 from ostinato.engine.patches import STAGES
 from ostinato.engine.pin import load_pin
@@ -57,6 +57,13 @@ def _cmd_pack_build(args: argparse.Namespace) -> int:
     packed = sum(p.bytes for p in index.parts)
     print(f"{path}: {', '.join(index.variants)} ({index.backend}), {index.raw_bytes / 1e6:.1f} MB in "
           f"{len(index.parts)} part(s) of {packed / 1e6:.1f} MB, {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def _cmd_repart_pack(args: argparse.Namespace) -> int:
+    path, index = repart_pack([Path(s) for s in args.src], Path(args.out), args.part_size << 20)
+    sizes = ", ".join(f"{p.name} {p.bytes / 1e6:.1f} MB" for p in index.parts)
+    print(f"{path}: {', '.join(index.variants)} ({index.backend}) in {len(index.parts)} part(s): {sizes}")
     return 0
 
 
@@ -130,6 +137,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     pb.add_argument("--op-tests", action="store_true",
                     help="also pack the op tests the build has (default: llama-server and llama-bench alone)")
     pb.set_defaults(func=_cmd_pack_build)
+
+    rp = g.add_parser("repart-pack",
+                      help="cut a pack made by `engine pack-build` into parts of another size (its parts checked)")
+    rp.add_argument("--from", dest="src", action="append", required=True,
+                    help="a folder holding the index or some of its parts (repeat for parts kept in several)")
+    rp.add_argument("--out", required=True, help="folder for the index and its new parts (not one of --from)")
+    rp.add_argument("--part-size", type=int, required=True, help="MiB per part, at least 1")
+    rp.set_defaults(func=_cmd_repart_pack)
 
     ub = g.add_parser("unpack-build", parents=[common],
                       help="unpack a build packed by `engine pack-build` after checking its parts and engine sources")
