@@ -17,7 +17,7 @@ import os
 import shutil
 import tarfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ostinato.atomic import atomic_open, sha256_file
@@ -63,6 +63,11 @@ class PackIndex:
             return PackIndex(parts=parts, **data)
         except (OSError, ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{path}: not an engine pack index ({e})") from e
+
+    def save(self, path: Path) -> Path:
+        with atomic_open(path) as f:
+            f.write(json.dumps(asdict(self), indent=2) + "\n")
+        return path
 
 
 class _PartWriter(io.RawIOBase):
@@ -164,13 +169,30 @@ def _size(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def _check_part_size(part_bytes: int) -> None:
+    if part_bytes < 1 << 20:
+        raise ValueError(f"part size of {part_bytes} bytes: expected at least 1 MiB (--part-size)")
+
+
+def _write_parts(dest: Path, backend: str, part_bytes: int, fill) -> list[PackPart]:
+    """dest's `engine-<backend>.tar.xz.NN` parts of at most part_bytes, written by fill(stream), after removing the
+    folder's old parts and index (an interrupted write then leaves no index naming parts it did not finish)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    prefix = dest / f"engine-{backend}.tar.xz"
+    for old in [*dest.glob(f"{prefix.name}.*"), dest / f"engine-{backend}.json"]:
+        old.unlink(missing_ok=True)
+    writer = _PartWriter(prefix, part_bytes)
+    with writer:
+        fill(writer)
+    return [PackPart(p.name, p.stat().st_size, sha256_file(p)) for p in writer.paths]
+
+
 def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Path,
                part_bytes: int = 15 << 20, op_tests: bool = False) -> tuple[Path, PackIndex]:
     """Pack the variants built under engine_dir (e.g. build/engine/cuda) into dest as
     `engine-<backend>.tar.xz.NN` parts and the index `engine-<backend>.json`; return the index's path and it.
     The op tests go in only with op_tests (the pipeline runs llama-server and llama-bench alone)."""
-    if part_bytes < 1 << 20:
-        raise ValueError(f"part size of {part_bytes} bytes: expected at least 1 MiB (--part-size)")
+    _check_part_size(part_bytes)
     engine_dir = Path(engine_dir)
     built = {v: _current_variant(engine_dir, v, Path(repo) / "engine") for v in variants}
     backends = {m.backend for m in built.values()}
@@ -180,40 +202,33 @@ def pack_build(engine_dir: Path, variants: tuple[str, ...], dest: Path, repo: Pa
     metas = {v: {"sources": m.sources, "fingerprint": m.fingerprint} for v, m in built.items()}
     members, manifests = _members(engine_dir, built, op_tests)
     raw = sum(_size(p) for p, _ in members)
-    dest.mkdir(parents=True, exist_ok=True)
-    prefix = dest / f"engine-{backend}.tar.xz"
-    for old in dest.glob(f"{prefix.name}.*"):
-        old.unlink()
     filters = [{"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 1,
                                           "dict_size": max(1 << 20, min(MAX_DICT, raw))}]
-    writer = _PartWriter(prefix, part_bytes)
-    with writer, lzma.LZMAFile(writer, "w", format=lzma.FORMAT_XZ, filters=filters) as xz, \
-            tarfile.open(fileobj=xz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for arc, text in manifests.items():
-            info = tarfile.TarInfo(arc)
-            info.size, info.mtime, info.mode = len(text.encode()), int(time.time()), 0o644
-            tar.addfile(info, io.BytesIO(text.encode()))
-        for path, arc in members:
-            tar.add(path, arcname=arc)
+
+    def fill(writer) -> None:
+        with lzma.LZMAFile(writer, "w", format=lzma.FORMAT_XZ, filters=filters) as xz, \
+                tarfile.open(fileobj=xz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            for arc, text in manifests.items():
+                info = tarfile.TarInfo(arc)
+                info.size, info.mtime, info.mode = len(text.encode()), int(time.time()), 0o644
+                tar.addfile(info, io.BytesIO(text.encode()))
+            for path, arc in members:
+                tar.add(path, arcname=arc)
+
     index = PackIndex(backend=backend, variants=metas, raw_bytes=raw,
                       commit=git(Path(repo), "rev-parse", "HEAD", check=False).strip(),
                       packed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                      parts=[PackPart(p.name, p.stat().st_size, sha256_file(p)) for p in writer.paths])
-    index_path = dest / f"engine-{backend}.json"
-    with atomic_open(index_path) as f:
-        f.write(json.dumps(asdict(index), indent=2) + "\n")
-    return index_path, index
+                      parts=_write_parts(dest, backend, part_bytes, fill))
+    return index.save(dest / f"engine-{backend}.json"), index
 
 
-def find_index(src: Path) -> Path:
-    """The one `engine-*.json` in src (or src itself when it is a file)."""
-    src = Path(src)
-    if src.is_file():
-        return src
-    found = sorted(src.glob("engine-*.json"))
+def find_index(*srcs: Path) -> Path:
+    """The one `engine-*.json` in the folders srcs (a file among them is taken as the index itself)."""
+    srcs = tuple(Path(s) for s in srcs)
+    found = [p for s in srcs for p in ([s] if s.is_file() else sorted(s.glob("engine-*.json")))]
     if len(found) != 1:
-        raise FileNotFoundError(f"{src}: expected one engine pack index engine-<backend>.json, found "
-                                f"{len(found) or 'none'} (make it with `ostinato engine pack-build`)")
+        raise FileNotFoundError(f"{', '.join(map(str, srcs))}: expected one engine pack index engine-<backend>.json, "
+                                f"found {len(found) or 'none'} (make it with `ostinato engine pack-build`)")
     return found[0]
 
 
@@ -236,32 +251,21 @@ def repart_pack(srcs: list[Path], dest: Path, part_bytes: int) -> tuple[Path, Pa
     of packing; the parts' names and checksums new); the index is found in one of srcs, its parts in any of them.
     Why: what a device call carries is bounded (64 MiB with the tracked files), so the part size decides how many
     calls a pack takes; an existing pack is cut to fit them without the GPU machine that built it."""
-    if part_bytes < 1 << 20:
-        raise ValueError(f"part size of {part_bytes} bytes: expected at least 1 MiB (--part-size)")
+    _check_part_size(part_bytes)
     srcs = [Path(s) for s in srcs]
-    found = [p for s in srcs if s.is_dir() for p in sorted(s.glob("engine-*.json"))]
-    if len(found) != 1:
-        raise FileNotFoundError(f"{', '.join(map(str, srcs))}: expected one engine pack index engine-<backend>.json "
-                                f"among them, found {len(found) or 'none'}")
-    index_path = found[0]
+    index_path = find_index(*srcs)
     index = PackIndex.load(index_path)
     dest = Path(dest)
     if any(dest.resolve() == s.resolve() for s in srcs):
         raise ValueError(f"--out {dest}: must not be one of the folders the pack is read from")
     parts = _checked_parts(index_path, index, srcs)
-    dest.mkdir(parents=True, exist_ok=True)
-    prefix = dest / f"engine-{index.backend}.tar.xz"
-    for old in [*dest.glob(f"{prefix.name}.*"), dest / index_path.name]:
-        old.unlink(missing_ok=True)
-    writer = _PartWriter(prefix, part_bytes)
-    with writer, _PartReader(parts) as reader:
-        shutil.copyfileobj(reader, writer, 1 << 20)
-    new = PackIndex(**{**asdict(index), "parts": [PackPart(p.name, p.stat().st_size, sha256_file(p))
-                                                   for p in writer.paths]})
-    out = dest / index_path.name
-    with atomic_open(out) as f:
-        f.write(json.dumps(asdict(new), indent=2) + "\n")
-    return out, new
+
+    def fill(writer) -> None:
+        with _PartReader(parts) as reader:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+
+    new = replace(index, parts=_write_parts(dest, index.backend, part_bytes, fill))
+    return new.save(dest / index_path.name), new
 
 
 def is_unpacked(index: PackIndex, engine_root: Path) -> bool:
