@@ -198,7 +198,7 @@ exec "$REAL_PYTHON" "$@"
 def _run_heldout_build(tmp_path: Path, **env_extra: str) -> tuple[subprocess.CompletedProcess, list[str], Path]:
     """`run.sh build` with python3's engine build, snakemake and pytest faked: its output, the order of their events
     and its OUT."""
-    for name in ("heldout/run.sh", "prebuilt.sh", "sessions.sh", "machine.sh"):
+    for name in ("heldout/run.sh", "prebuilt.sh", "sessions.sh", "machine.sh", "rerun.sh"):
         (tmp_path / "h200" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "h200" / name).write_text((H200 / name).read_text())
     (tmp_path / ".carry" / "sessions").mkdir(parents=True)

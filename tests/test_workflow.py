@@ -215,6 +215,46 @@ def test_repeated_replays_alternate_the_engine_order(tmp_path):
     assert proc.returncode != 0 and "repeats" in proc.stdout + proc.stderr
 
 
+def test_engines_replayed_again_replay_no_other_finished_replay(tmp_path):
+    """RERUN (data/reference/h200/rerun.sh, `replay_each`): each replay waits for the one before it in the engine
+    order, so making one again outdates every finished one after it; with a snakemake call per target and the finished
+    replays touched before each, only the engines named are replayed again."""
+    for entry in subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                                check=True).stdout.split():
+        top = entry.split("/", 1)[0]
+        if not (tmp_path / top).exists():
+            (tmp_path / top).symlink_to(REPO / top)
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    url = {"url": "http://127.0.0.1:9", "api": "openai", "model_name": "m"}
+    engines = {e: None for e in cfg["replay"]["engines"]} | {"a": url, "b": url, "c": url}
+    (tmp_path / "order.yaml").write_text(yaml.safe_dump(
+        {"replay": {"sets": ["tau2-few"], "bitwise": {"engine": ""}, "engines": engines}}, sort_keys=False))
+    rep = tmp_path / "results" / "replay" / "tau2-few"
+    rep.mkdir(parents=True)
+    (tmp_path / "results" / "sessions").mkdir()
+    (tmp_path / "results" / "sessions" / "tau2-few.jsonl").write_text("{}\n")
+    # b finished; a (before it) and c (after it) dropped to be replayed again
+    (rep / "b").mkdir()
+    for f in ("b.sessions.csv", "b.requests.csv"):
+        (rep / f).write_text("")
+    # a stand-in for run.sh's snakemake call: the jobs a dry run lists, then the target made
+    script = """set -euo pipefail
+source data/reference/h200/rerun.sh
+CONFIG=(--configfile order.yaml --allowed-rules replay); OUT=out; CALL=600; start=$(date +%s); mkdir -p out
+smk() {
+  python3 -m snakemake --nolock --cores 1 "${CONFIG[@]}" --rerun-triggers mtime -n -- "$2" \\
+    | sed -n 's/.*wildcards: .*engine=\\(\\S*\\)$/\\1/p' >> jobs.txt
+  mkdir -p "${2%.sessions.csv}"; touch "$2" "${2%.sessions.csv}.requests.csv"
+}
+replay_each results/replay/tau2-few/a.sessions.csv results/replay/tau2-few/c.sessions.csv
+"""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "jobs.txt").read_text().split() == ["a", "c"]
+    assert (rep / "b.sessions.csv").stat().st_mtime > (rep / "a.sessions.csv").stat().st_mtime  # touched, not made
+
+
 def test_engine_reached_by_url_in_the_replay(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["replay"]["engines"]["vllm"] = {"url": "http://127.0.0.1:8000", "api": "openai", "model_name": "m"}

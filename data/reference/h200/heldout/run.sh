@@ -37,7 +37,10 @@
 #                                   restarts one whose engine build or GPU model changed).
 #   RERUN="ostinato ..."            optional: engines whose carried finished replays are replayed again on this machine
 #                                   (all of them, in every set and run), so that the engines this session replays are
-#                                   compared with them on one machine
+#                                   compared with them on one machine; each of them first, in a snakemake call of its
+#                                   own (results/.rerun lists them; with TARGETS given, only those targets), the
+#                                   finished replays touched before each, so that no other finished replay is replayed
+#                                   again (../rerun.sh)
 #   .prebuilt/, .prebuilt-parts/    optional: the engine build of an earlier session (`run.sh pack`), its index
 #                                   engine-cuda.json and its parts engine-cuda.tar.xz.NN in either folder. Every part of
 #                                   this script first copies what they hold into build/prebuilt/, which stays on the
@@ -70,6 +73,8 @@ source "$(dirname "$0")/../sessions.sh"
 REQUIRE_SESSIONS=1
 # the label of the measured series: this GPU's (../machine.sh)
 source "$(dirname "$0")/../machine.sh"
+# RERUN's replays made again, each in a snakemake call of its own (../rerun.sh)
+source "$(dirname "$0")/../rerun.sh"
 gather_prebuilt
 if [ "$part" = stage ]; then stage_prebuilt; exit 0; fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -96,6 +101,7 @@ smk() {
 }
 if [ "$part" != build ] && [ "$part" != pack ]; then unpack_prebuilt; fi
 # the timed replays of every engine and run, then the bitwise check of whole sessions (replay.bitwise)
+GIVEN_TARGETS=${TARGETS:-}  # a call that names its targets makes only those (and what they need), RERUN too
 TARGETS=${TARGETS:-results/replay/sessions.csv results/replay/bitwise/tau2-heldout/overlap.json
   results/replay/bitwise/tau2-heldout/inturn.json}
 # the engine code (sources fingerprint, `ostinato engine build`'s manifest) of commit 2687657, which the replays carried
@@ -162,6 +168,8 @@ print(" ".join(k + "=" + v["preset"] for k, v in e.items() if v and v.get("prese
         echo "$check"
         for dir in $(echo "$check" | sed -n 's/^DIFFERENT: \([^:]*\): .*/\1/p'); do
           rm -rf "$dir" "$dir".sessions.csv "$dir".requests.csv "$dir".benchmark.tsv
+          # the replays of RERUN's engines, each made again in a snakemake call of its own (below)
+          if echo "$check" | grep -qx "DIFFERENT: $dir: RERUN names .*"; then echo "$dir.sessions.csv" >> results/.rerun; fi
           done_csv=$(echo "$done_csv" | grep -vx "$dir.sessions.csv" || true)
         done
       fi
@@ -177,7 +185,14 @@ print(" ".join(k + "=" + v["preset"] for k, v in e.items() if v and v.get("prese
   # a replay starts a session only if its engine's recorded requests say it ends before the call does (`replay run
   # --deadline`; one cut short is replayed again in the next call, time spent on nothing): the call ends early instead
   export OSTINATO_REPLAY_DEADLINE=$(( start + CALL - 20 ))
-  rc=0; smk "$left" $TARGETS > "$OUT/snakemake-replay-$(date +%s).log" 2>&1 || rc=$?
+  rc=0
+  if [ -s results/.rerun ]; then
+    # RERUN: the engines' replays made again first (unless the call names its TARGETS), then the targets, each in a
+    # snakemake call of its own (../rerun.sh)
+    replay_each $([ -n "$GIVEN_TARGETS" ] || cat results/.rerun) $TARGETS || rc=$?
+  else
+    smk "$left" $TARGETS > "$OUT/snakemake-replay-$(date +%s).log" 2>&1 || rc=$?
+  fi
   echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"
   tail -12 "$(ls -t "$OUT"/snakemake-replay-*.log | head -1)"
   ok=1; for t in $TARGETS; do [ -f "$t" ] || ok=0; done
