@@ -194,7 +194,8 @@ print(" ".join(k + "=" + v["preset"] for k, v in e.items() if v and v.get("prese
     smk "$left" $TARGETS > "$OUT/snakemake-replay-$(date +%s).log" 2>&1 || rc=$?
   fi
   echo "snakemake rc=$rc after $(( $(date +%s) - start )) s"
-  tail -12 "$(ls -t "$OUT"/snakemake-replay-*.log | head -1)"
+  last_log=$(ls -t "$OUT"/snakemake-replay-*.log 2>/dev/null | head -1 || true)  # none where every target was made
+  if [ -n "$last_log" ]; then tail -12 "$last_log"; fi
   ok=1; for t in $TARGETS; do [ -f "$t" ] || ok=0; done
   [ $ok = 1 ] && echo "replay: complete" || echo "replay: incomplete, call again"
   ls results/replay/*/*.sessions.csv results/replay/run*/*/*.sessions.csv 2>/dev/null || true
