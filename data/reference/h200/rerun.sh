@@ -4,7 +4,9 @@
 # targets lie past them replays those again too (2026-12-07: RERUN="ostinato ktransformers-placement" replayed buun
 # again and left no time for ktransformers-placement). So each target gets a snakemake call of its own, the finished
 # replays touched before it (`snakemake --touch` leaves a missing output missing): only the target and the replays
-# before it that are not finished run.
+# before it that are not finished run. (ancient() on the order's input would fix it in the workflow, but snakemake 9.27.1
+# then drops a missing replay that follows one it must run: its DAG masks the jobs after a needed one and passes ancient
+# inputs over when it walks them.)
 
 # the finished replays of every engine, set and run (not the summary's sessions.csv, not the bitwise check's)
 finished_replays() {
