@@ -165,7 +165,7 @@ def test_the_carried_replays_inputs_include_their_borrow_parameters(tmp_path):
 def test_heldout_run_makes_the_borrow_parameters_before_it_keeps_replays():
     text = (H200 / "heldout" / "run.sh").read_text()
     assert re.search(r"carried_plans\(\) \{\n  carried_inputs \"\$RESUME\" ", text)
-    plans, touch = text.index('rc=0; plans "$left"'), text.index("--touch $done_csv")
+    plans, touch = text.index('rc=0; plans "$left"'), text.index("touch_replays $done_csv")
     assert plans < touch
 
 

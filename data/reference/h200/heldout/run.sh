@@ -73,7 +73,7 @@ source "$(dirname "$0")/../sessions.sh"
 REQUIRE_SESSIONS=1
 # the label of the measured series: this GPU's (../machine.sh)
 source "$(dirname "$0")/../machine.sh"
-# RERUN's replays made again, each in a snakemake call of its own (../rerun.sh)
+# the finished replays marked up to date, and RERUN's made again, each in a snakemake call of its own (../rerun.sh)
 source "$(dirname "$0")/../rerun.sh"
 gather_prebuilt
 if [ "$part" = stage ]; then stage_prebuilt; exit 0; fi
@@ -151,7 +151,7 @@ replay() {
       rm -rf results/replay/bitwise
       # a finished replay is kept only if it ran the engine build this machine has (`replay same-engine`: the
       # fingerprint its runs.json records; replays from before it was recorded ran the code of LEGACY_SOURCES)
-      done_csv=$(cd /tmp/resume && find results/replay -name '*.sessions.csv' ! -name sessions.csv | sort)
+      done_csv=$(cd /tmp/resume && finished_replays)
       if [ -n "$done_csv" ]; then
         # one line per replay, `DIFFERENT: <dir>: why` for those that ran another build (exit 1 then)
         # and those that ran another preset than config/h200.yaml's engine of that name has now
@@ -173,8 +173,7 @@ print(" ".join(k + "=" + v["preset"] for k, v in e.items() if v and v.get("prese
           done_csv=$(echo "$done_csv" | grep -vx "$dir.sessions.csv" || true)
         done
       fi
-      [ -n "$done_csv" ] && python3 -m snakemake --nolock --cores 1 "${CONFIG[@]}" --touch $done_csv \
-          > "$OUT/snakemake-touch.log" 2>&1
+      if [ -n "$done_csv" ]; then touch_replays $done_csv; fi
       echo "resume: $(echo $done_csv | wc -w) finished replays carried (the others are replayed again)"
     else
       echo "resume: this machine's plans or borrow parameters differ from the carried ones; the carried replays are not used"
